@@ -1,0 +1,43 @@
+"""The exception types kuiper raises. Every error a user can cause is one of these."""
+
+
+class KuiperError(Exception):
+    """Base class of every error kuiper raises on purpose."""
+
+
+class PnnxFormatError(KuiperError, ValueError):
+    """A .pnnx.param or .pnnx.bin file is malformed; the message names the file and line or member."""
+
+
+class GraphError(KuiperError):
+    """The graph cannot be built or run (wrong state, cycle, operator that never becomes ready)."""
+
+
+class UnsupportedOperatorError(GraphError):
+    """No layer is registered for an operator's PNNX type."""
+
+
+class LayerError(GraphError, ValueError):
+    """An operator's parameters or weights are not valid for its layer."""
+
+
+class ShapeError(GraphError, ValueError):
+    """Shapes do not agree (shape inference failed or a shape is ambiguous)."""
+
+
+class InputError(KuiperError, ValueError):
+    """The arrays given to forward do not fit the graph's inputs."""
+
+
+class BackendError(KuiperError):
+    """A backend is unknown or cannot be used on this machine."""
+
+
+class KernelBuildError(BackendError):
+    """An OpenCL program failed to build; carries the file, options and build log."""
+
+    def __init__(self, message, *, file=None, options=None, log=""):
+        super().__init__(message)
+        self.file = file
+        self.options = options
+        self.log = log

@@ -1,0 +1,139 @@
+"""The Layer interface every operator implementation follows.
+
+A layer is created once per operator when the graph is built. Its constructor reads and checks the
+operator's parameters and weights (raising LayerError), so that forward does no validation at all.
+Then, for every input shape the graph meets, `output_shapes` infers the output shapes, and the graph
+allocates the outputs before calling `forward_numpy(inputs, outputs)`, which fills them in place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiper.errors import LayerError, ShapeError
+
+_REQUIRED = object()
+
+
+class Layer:
+    """Base class: typed access to the operator's parameters and weights, plus the forward contract."""
+
+    #: how many input tensors the layer takes; None means "one or more"
+    num_inputs: int | None = 1
+
+    def __init__(self, op):
+        self.op = op
+        if self.num_inputs is not None and len(op.input_operands) != self.num_inputs:
+            raise self.error(f"expects {self.num_inputs} input(s), the graph gives {len(op.input_operands)}")
+
+    # ---- errors -----------------------------------------------------------------------------------
+    def error(self, message: str) -> LayerError:
+        return LayerError(f"{self.op.type} operator '{self.op.name}': {message}")
+
+    def shape_error(self, message: str) -> ShapeError:
+        return ShapeError(f"{self.op.type} operator '{self.op.name}': {message}")
+
+    # ---- parameters -------------------------------------------------------------------------------
+    def param(self, key: str, default=_REQUIRED):
+        """The typed value of parameter `key` (None for a null value); `default` when absent."""
+        p = self.op.params.get(key)
+        if p is None:
+            if default is _REQUIRED:
+                raise self.error(f"missing parameter '{key}'")
+            return default
+        return p.value
+
+    def int_param(self, key: str, default=_REQUIRED) -> int:
+        value = self.param(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(f"parameter '{key}' must be an int, got {value!r}")
+        return value
+
+    def float_param(self, key: str, default=_REQUIRED) -> float:
+        value = self.param(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(f"parameter '{key}' must be a number, got {value!r}")
+        return float(value)
+
+    def bool_param(self, key: str, default=_REQUIRED) -> bool:
+        value = self.param(key, default)
+        if not isinstance(value, bool):
+            raise self.error(f"parameter '{key}' must be True or False, got {value!r}")
+        return value
+
+    def str_param(self, key: str, default=_REQUIRED, choices=None) -> str:
+        value = self.param(key, default)
+        if not isinstance(value, str):
+            raise self.error(f"parameter '{key}' must be a string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.error(f"parameter '{key}'={value} is not supported (supported: {', '.join(choices)})")
+        return value
+
+    def ints_param(self, key: str, n: int | None = None, default=_REQUIRED) -> tuple:
+        """An int list parameter; a single int is repeated n times (PyTorch's `kernel_size=3` style)."""
+        value = self.param(key, default)
+        if isinstance(value, int) and not isinstance(value, bool) and n is not None:
+            value = [value] * n
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise self.error(f"parameter '{key}' must be a list of ints, got {value!r}")
+        if n is not None and len(value) != n:
+            raise self.error(f"parameter '{key}' must have {n} values, got {len(value)}")
+        return tuple(value)
+
+    def floats_param(self, key: str, n: int | None = None, default=_REQUIRED) -> tuple:
+        value = self.param(key, default)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and n is not None:
+            value = [value] * n
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        ):
+            raise self.error(f"parameter '{key}' must be a list of numbers, got {value!r}")
+        if n is not None and len(value) != n:
+            raise self.error(f"parameter '{key}' must have {n} values, got {len(value)}")
+        return tuple(float(v) for v in value)
+
+    # ---- weights ----------------------------------------------------------------------------------
+    def weight(self, key: str, shape: tuple | None = None, required: bool = True) -> np.ndarray | None:
+        """Attribute `key` as a float32 array (a zero-copy view when the file stores f32)."""
+        attr = self.op.attrs.get(key)
+        if attr is None:
+            if required:
+                raise self.error(f"missing weight '@{key}'")
+            return None
+        array = attr.numpy()
+        if array.dtype != np.float32:
+            array = array.astype(np.float32)
+        if shape is not None and tuple(array.shape) != tuple(shape):
+            raise self.error(f"weight '@{key}' has shape {tuple(array.shape)}, expected {tuple(shape)}")
+        return array
+
+    # ---- the forward contract ---------------------------------------------------------------------
+    def input_shape(self, index: int = 0) -> tuple | None:
+        """The shape recorded for input `index` in the .param file (None where it was not recorded)."""
+        return self.op.input_operands[index].shape
+
+    def output_shapes(self, input_shapes: list) -> list:
+        """Shape inference: the output shapes for these input shapes. Raise ShapeError when they do not fit."""
+        raise NotImplementedError(f"{type(self).__name__} must implement output_shapes")
+
+    def output_dtypes(self, input_dtypes: list) -> list:
+        """Output dtypes; most layers keep the dtype of their first input."""
+        return [input_dtypes[0] if input_dtypes else np.dtype(np.float32)] * len(self.op.output_operands)
+
+    def forward_numpy(self, inputs: list, outputs: list) -> None:
+        """Compute outputs (preallocated numpy arrays, filled in place) from the input arrays."""
+        raise NotImplementedError(f"{type(self).__name__} must implement forward_numpy")
+
+    def run_numpy(self, *inputs: np.ndarray) -> list:
+        """Run this layer alone: infer output shapes, allocate the outputs, call forward_numpy.
+
+        This is what the graph does for every operator; lessons and tests use it to try one layer.
+        """
+        inputs = [np.ascontiguousarray(x) for x in inputs]
+        shapes = self.output_shapes([tuple(x.shape) for x in inputs])
+        dtypes = self.output_dtypes([x.dtype for x in inputs])
+        outputs = [np.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]
+        self.forward_numpy(inputs, outputs)
+        return outputs
