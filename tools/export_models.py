@@ -1,0 +1,582 @@
+"""Export the committed test models: PNNX graphs plus PyTorch reference inputs and outputs.
+
+    python tools/export_models.py [--out models] [--only NAME ...]
+
+Needs the `export` extra. Install `pip install torch==2.13.0 pnnx` first: on the project's machines that
+pin takes the CPU build of torch, while the extra's unpinned `torch` would pull the CUDA wheels. The
+committed files were made with torch 2.13.0+cpu and pnnx 20261020.
+
+Every model is plain torch code defined here (no torchvision), built from a fixed seed and exported
+in eval mode. For each model the tool writes into OUT/NAME/:
+
+    NAME.pnnx.param, NAME.pnnx.bin    what pnnx wrote (its other outputs are dropped)
+    CASE_inK.npy, CASE_outK.npy        float32 inputs and torch's outputs (tuple outputs flattened)
+    weights.npz                        torch's values of a few attributes pnnx stores untransformed,
+                                       keyed "<pnnx operator name>.<attribute>"
+
+and then OUT/manifest.json, which the tests read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pnnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+WEIGHTS_LIMIT = 100 * 1024  # bytes per weights.npz: reference values, not a second copy of the model
+
+
+def he_init(model: nn.Module, mode: str = "fan_in") -> None:
+    """He init for every convolution: torch's default shrinks activations about 3x per layer, which
+    would leave the deeper references too small for a tolerance check to mean anything."""
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.kaiming_normal_(m.weight, mode=mode, nonlinearity="relu")
+
+
+def randomize_batchnorm(model: nn.Module) -> None:
+    """Give every BatchNorm non-trivial statistics and affine values, so a wrong folding shows."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# resnet18: torchvision's layout and module names, so the graph reads like the usual export.
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class ResNet18(nn.Module):
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        widths = [64, 128, 256, 512]
+        cin = 64
+        for i, width in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(cin, width, stride), BasicBlock(width, width, 1)))
+            cin = width
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512, num_classes)
+        he_init(self, mode="fan_out")  # as torchvision does
+        randomize_batchnorm(self)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small models: together they make pnnx emit every operator type the runtime is meant to cover.
+
+
+class ConvZoo(nn.Module):
+    """Input 2x3x15x17: every Conv2d / ConvTranspose2d parameter the runtime must honour."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3)  # on the graph input: nothing before it to fold into
+        self.stride2 = nn.Conv2d(3, 5, 3, stride=2, padding=1)  # odd 15x17 -> 8x9
+        self.dilated = nn.Conv2d(5, 7, 3, padding=2, dilation=2, bias=False)
+        self.depthwise = nn.Conv2d(7, 7, 3, padding=1, groups=7)
+        self.pointwise = nn.Conv2d(7, 6, 1)
+        self.grouped = nn.Conv2d(6, 9, (3, 2), stride=(1, 2), padding=(1, 0), groups=3)  # 8x9 -> 8x4
+        # an even kernel width under "same" pads one more column on the right than on the left
+        self.same = nn.Conv2d(9, 5, (3, 4), padding="same", dilation=(1, 2))
+        self.up = nn.ConvTranspose2d(5, 6, 3, stride=2, padding=1, output_padding=1)  # 8x4 -> 16x8
+        self.up_grouped = nn.ConvTranspose2d(
+            6, 9, (3, 2), stride=(2, 3), padding=(2, 1), output_padding=(1, 2), groups=3, dilation=(2, 1), bias=False
+        )
+        he_init(self)
+        randomize_batchnorm(self)
+
+    def forward(self, x):
+        x = F.relu(self.stride2(self.bn(x)))
+        x = F.relu(self.dilated(x))
+        x = F.relu(self.depthwise(x))
+        x = F.relu(self.grouped(self.pointwise(x)))
+        x = F.relu(self.up(self.same(x)))
+        return self.up_grouped(x)
+
+
+class ActZoo(nn.Module):
+    """Input 2x7x5x9 (scaled by 3, to reach every clamp and saturation): one output per activation."""
+
+    def __init__(self):
+        super().__init__()
+        self.mix = nn.Conv2d(7, 7, 1)
+        self.relu = nn.ReLU()
+        self.relu6 = nn.ReLU6()
+        self.hardtanh = nn.Hardtanh(-0.5, 0.75)
+        self.leaky = nn.LeakyReLU(0.15)
+        self.sigmoid = nn.Sigmoid()
+        self.silu = nn.SiLU()
+        self.hardsigmoid = nn.Hardsigmoid()
+        self.hardswish = nn.Hardswish()
+        self.tanh = nn.Tanh()
+        self.gelu = nn.GELU()
+        self.gelu_tanh = nn.GELU(approximate="tanh")
+        self.softmax = nn.Softmax(dim=1)
+        he_init(self)
+
+    def forward(self, x):
+        y = self.mix(x)
+        return (
+            self.relu(y),
+            self.relu6(y),
+            self.hardtanh(y),
+            self.leaky(y),
+            self.sigmoid(y),
+            self.silu(y),
+            self.hardsigmoid(y),
+            self.hardswish(y),
+            self.tanh(y),
+            self.gelu(y),
+            self.gelu_tanh(y),
+            self.softmax(y),
+            F.softmax(y, dim=-1),
+        )
+
+
+class PoolZoo(nn.Module):
+    """Input 2x5x13x11: pooling edge cases (ceil_mode windows, padding divisors, adaptive bins)."""
+
+    def __init__(self):
+        super().__init__()
+        # width 11: the ceil_mode window that would start in the right padding is dropped (5 -> 4)
+        self.max_ceil = nn.MaxPool2d(3, stride=3, padding=1, ceil_mode=True)
+        self.max_dilated = nn.MaxPool2d((2, 3), stride=(1, 2), dilation=(2, 1))
+        self.avg_ceil = nn.AvgPool2d(3, stride=3, padding=1, ceil_mode=True, count_include_pad=False)
+        # width 11: the last ceil_mode window hangs past the input; its divisor counts 1 column, not 2
+        self.avg_ceil_pad = nn.AvgPool2d((3, 2), stride=2, padding=(1, 0), ceil_mode=True)
+        self.avg_divisor = nn.AvgPool2d(2, stride=2, divisor_override=3)
+        self.adaptive_avg = nn.AdaptiveAvgPool2d((3, 4))
+        self.adaptive_max = nn.AdaptiveMaxPool2d((5, 3))
+        self.offset = nn.Conv2d(5, 5, 1)  # gives the model weights and mixed-sign inputs to the pools
+
+    def forward(self, x):
+        x = self.offset(x)
+        return (
+            self.max_ceil(x),
+            self.max_dilated(x),
+            self.avg_ceil(x),
+            self.avg_ceil_pad(x),
+            self.avg_divisor(x),
+            self.adaptive_avg(x),
+            self.adaptive_max(x),
+        )
+
+
+class ResizeZoo(nn.Module):
+    """Input 2x5x7x9: nearest and bilinear resizing by scale factor and by size."""
+
+    def __init__(self):
+        super().__init__()
+        self.mix = nn.Conv2d(5, 5, 1)
+        self.nearest2 = nn.Upsample(scale_factor=2, mode="nearest")
+        # torch maps output to input with 1/scale_factor, not in/out, when the factor is given
+        self.nearest_frac = nn.Upsample(scale_factor=1.5, mode="nearest")
+        self.nearest_size = nn.Upsample(size=(10, 20), mode="nearest")
+        self.bilinear_corners = nn.Upsample(size=(12, 5), mode="bilinear", align_corners=True)
+        self.bilinear_frac = nn.Upsample(scale_factor=(1.5, 2.5), mode="bilinear", align_corners=False)
+
+    def forward(self, x):
+        x = self.mix(x)
+        return (
+            self.nearest2(x),
+            self.nearest_frac(x),
+            self.nearest_size(x),
+            self.bilinear_corners(x),
+            self.bilinear_frac(x),
+            # only recompute_scale_factor=True keeps the F.interpolate spelling; the mapping is then in/out
+            F.interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=False, recompute_scale_factor=True),
+            F.interpolate(x, scale_factor=(2.0, 0.5), mode="nearest", recompute_scale_factor=True),
+        )
+
+
+class ShapeZoo(nn.Module):
+    """Input 2x6x5x7: layout operators, reductions and Linear on 2-D and 3-D inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens_fc = nn.Linear(6, 4)
+        self.flat_fc = nn.Linear(6 * 5 * 7, 5)
+        self.flatten = nn.Flatten()
+
+    def forward(self, x):
+        n = x.size(0)
+        tokens = x.permute(0, 2, 3, 1).reshape(n, 35, 6)
+        tokens = torch.transpose(self.tokens_fc(tokens), 1, 2)  # (n, 4, 35)
+        a, b, c = torch.split(x, [1, 3, 2], dim=1)
+        channels = torch.cat([c, a, b], dim=1)
+        top, mid, bottom = torch.chunk(x, 3, dim=2)  # rows 2, 2, 1
+        rows = torch.cat([bottom, top, mid], dim=2)
+        left, _, right = torch.split(x, 3, dim=3)  # columns 3, 3, 1
+        cols = torch.cat([right, left], dim=3)
+        return (
+            tokens,
+            self.flat_fc(torch.flatten(channels, 1)),
+            self.flatten(rows),
+            cols.view(n, 6, 20),
+            torch.mean(x, dim=(2, 3)),
+            torch.mean(x, dim=-1, keepdim=True),
+            torch.sum(x, dim=1, keepdim=True),
+            torch.sum(x, dim=(1, 3)),
+        )
+
+
+class ExprTwoInputs(nn.Module):
+    """Inputs 2x5x7x9 and 2x1x7x9 (broadcast): pnnx.Expression, pnnx.Attribute and a tuple output."""
+
+    def __init__(self):
+        super().__init__()
+        self.offset = nn.Parameter(torch.randn(1, 5, 1, 9))
+
+    def forward(self, x, y):
+        a = x + y * 2.5 - 1
+        b = -a / (y.abs() + 1)
+        c = torch.pow(b, 2) + torch.sqrt(y.abs() + 0.5) + torch.rsqrt(x * x + 1)
+        d = torch.exp(-x.abs()) + torch.log(y * y + 1)
+        e = torch.max(c, d) - torch.min(a, b) + self.offset
+        return e, a * 3
+
+
+class ConvBnSiLU(nn.Module):
+    """YOLO's Conv block; pnnx folds the BatchNorm into the convolution."""
+
+    def __init__(self, cin: int, cout: int, k: int):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, padding=k // 2, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+class UNetTiny(nn.Module):
+    """Fully convolutional, valid at any H and W divisible by 4; two heads at two scales."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = ConvBnSiLU(3, 8, 3)
+        self.pool1 = nn.MaxPool2d(2)
+        self.down1 = ConvBnSiLU(8, 12, 3)
+        self.pool2 = nn.MaxPool2d(2)
+        self.down2 = ConvBnSiLU(12, 16, 3)
+        self.mid = ConvBnSiLU(8, 8, 3)
+        self.up_nearest = nn.Upsample(scale_factor=2, mode="nearest")
+        self.fuse1 = ConvBnSiLU(16 + 12, 12, 1)
+        self.bn_add = nn.BatchNorm2d(12)  # after an add: pnnx cannot fold it
+        self.up_bilinear = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.fuse2 = ConvBnSiLU(12 + 8, 8, 3)
+        self.head_full = nn.Conv2d(8, 4, 1)
+        self.head_low = nn.Conv2d(16, 6, 1)
+        he_init(self)
+        randomize_batchnorm(self)
+
+    def forward(self, x):
+        s = self.stem(x)
+        d1 = self.down1(self.pool1(s))
+        d2 = self.down2(self.pool2(d1))
+        keep, work = torch.chunk(d2, 2, dim=1)
+        d2 = torch.cat([keep, self.mid(work)], dim=1)
+        u1 = self.fuse1(torch.cat([self.up_nearest(d2), d1], dim=1))
+        u1 = self.bn_add(u1 + d1)
+        u2 = self.fuse2(torch.cat([self.up_bilinear(u1), s], dim=1))
+        return self.head_full(u2), self.head_low(d2)
+
+
+class ReshapeBatch(nn.Module):
+    """Input Nx6x8x10: views whose leading dim pnnx writes as the literal export batch (2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(6, 12, 1)  # 3 anchors x 4 values, as in a YOLO head
+        self.sigmoid = nn.Sigmoid()
+        self.fc = nn.Linear(6 * 8 * 10, 5)
+
+    def forward(self, x):
+        n, _, h, w = x.shape
+        p = self.conv(x).view(n, 3, 4, h, w).permute(0, 1, 3, 4, 2)
+        boxes = self.sigmoid(p).reshape(n, -1, 4)
+        return boxes, self.fc(x.view(n, -1))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One exported model. The first case's shapes are the ones pnnx traces at."""
+
+    build: type
+    description: str
+    cases: tuple  # ((case name, (input shape, ...)), ...)
+    # ("<pnnx operator name>.<attribute>", ...): pnnx names an operator by its torch module path,
+    # except a convolution it folded a BatchNorm into (convbn2d_N), whose weights changed anyway
+    weights: tuple
+    input_scale: float = 1.0
+
+
+SPECS = {
+    "resnet18": Spec(
+        ResNet18,
+        "ResNet-18 (BasicBlock [2,2,2,2], 1000 classes), random weights and BatchNorm statistics; "
+        "exported at 1x3x224x224, run at batch 1, 3 and 8. The embedded default model.",
+        (("b1", ((1, 3, 224, 224),)), ("b3", ((3, 3, 224, 224),)), ("b8", ((8, 3, 224, 224),))),
+        ("fc.bias",),
+    ),
+    "conv_zoo": Spec(
+        ConvZoo,
+        "BatchNorm on the input, then Conv2d with stride 2 on an odd size, dilation, depthwise, groups, "
+        "1x1, no bias, padding='same' with an even kernel; ConvTranspose2d with output_padding, groups, "
+        "dilation.",
+        (("b2", ((2, 3, 15, 17),)),),
+        ("bn.running_mean", "bn.running_var", "bn.weight", "bn.bias", "stride2.weight", "same.weight",
+         "up.weight", "up_grouped.weight"),
+    ),
+    "act_zoo": Spec(
+        ActZoo,
+        "A 1x1 conv, then each activation as its own output: ReLU, ReLU6, Hardtanh(-0.5,0.75), "
+        "LeakyReLU, Sigmoid, SiLU, Hardsigmoid, Hardswish, Tanh, GELU (erf and tanh), Softmax dim=1, "
+        "F.softmax dim=-1.",
+        (("b2", ((2, 7, 5, 9),)),),
+        ("mix.weight", "mix.bias"),
+        input_scale=3.0,
+    ),
+    "pool_zoo": Spec(
+        PoolZoo,
+        "MaxPool2d and AvgPool2d with ceil_mode, padding, dilation, count_include_pad=False and "
+        "divisor_override; adaptive avg/max pooling to sizes that do not divide 13x11.",
+        (("b2", ((2, 5, 13, 11),)),),
+        ("offset.weight", "offset.bias"),
+    ),
+    "resize_zoo": Spec(
+        ResizeZoo,
+        "nn.Upsample nearest (x2, x1.5, to a size) and bilinear (align_corners True to a size, False by "
+        "(1.5,2.5)); F.interpolate with recompute_scale_factor=True, bilinear x1.7 and nearest (2,0.5).",
+        (("b2", ((2, 5, 7, 9),)),),
+        ("mix.weight", "mix.bias"),
+    ),
+    "shape_zoo": Spec(
+        ShapeZoo,
+        "permute, reshape/view, transpose, split (sizes and a list), chunk, cat, flatten (torch and "
+        "nn), mean and sum over dims with and without keepdim, Linear on 3-D and 2-D inputs.",
+        (("b2", ((2, 6, 5, 7),)),),
+        ("tokens_fc.weight", "tokens_fc.bias", "flat_fc.weight", "flat_fc.bias"),
+    ),
+    "expr_two_inputs": Spec(
+        ExprTwoInputs,
+        "Two inputs (the second broadcast over channels), arithmetic folded into pnnx.Expression "
+        "(add sub mul div neg pow sqrt rsqrt abs exp log max min, literals), a constant "
+        "pnnx.Attribute, a tuple output.",
+        (("b2", ((2, 5, 7, 9), (2, 1, 7, 9))),),
+        ("offset.data",),
+    ),
+    "unet_tiny": Spec(
+        UNetTiny,
+        "Small UNet/YOLO-like net: Conv+BN(folded)+SiLU, MaxPool, chunk, cat, nearest and bilinear "
+        "upsampling, a BatchNorm after an add, two heads; exported at 2x3x32x48, also run at 1x3x64x40.",
+        (("b2", ((2, 3, 32, 48),)), ("b1_64x40", ((1, 3, 64, 40),))),
+        ("bn_add.running_mean", "bn_add.running_var", "bn_add.weight", "bn_add.bias", "head_full.weight",
+         "head_low.weight", "head_low.bias"),
+    ),
+    "reshape_batch": Spec(
+        ReshapeBatch,
+        "YOLO-head style view to 5-D, permute, reshape, and a flatten-by-view into Linear; pnnx writes "
+        "the export batch (2) into the shapes; also run at batch 4.",
+        (("b2", ((2, 6, 8, 10),)), ("b4", ((4, 6, 8, 10),))),
+        ("conv.weight", "conv.bias", "fc.bias"),
+    ),
+}
+
+
+def torch_value(model: nn.Module, key: str) -> torch.Tensor:
+    """The torch tensor behind a weights key; pnnx.Attribute's `data` is the parameter itself."""
+    path, attr = key.rsplit(".", 1)
+    return model.get_parameter(path) if attr == "data" else getattr(model.get_submodule(path), attr)
+
+
+def case_inputs(name: str, case: str, shapes: tuple, scale: float) -> list:
+    """Seeded by the model and case names, so each case gets its own, reproducible values."""
+    g = torch.Generator().manual_seed(zlib.crc32(f"{name}/{case}".encode()))
+    return [torch.randn(shape, generator=g) * scale for shape in shapes]
+
+
+@contextlib.contextmanager
+def output_to(log_path: Path):
+    """pnnx's C++ passes print straight to fds 1 and 2: keep that in a log unless something fails."""
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            libc.fflush(None)  # C stdio buffers would otherwise land on the restored terminal
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def operator_types(param: Path) -> list:
+    lines = param.read_text().splitlines()[2:]  # magic, then the operator/operand counts
+    return sorted({line.split()[0] for line in lines if line.strip()})
+
+
+def check_output(name: str, case: str, k: int, out: np.ndarray) -> None:
+    where = f"{name}/{case} output {k}"
+    if not np.all(np.isfinite(out)):
+        raise SystemExit(f"{where}: not finite")
+    if out.size > 1 and float(out.std()) == 0.0:
+        raise SystemExit(f"{where}: constant {out.flat[0]}")
+    if float(np.abs(out).max()) > 1e4:
+        raise SystemExit(f"{where}: max |value| {np.abs(out).max():.3g}, activations out of range")
+
+
+def check_weights(name: str, bin_path: Path, weights: dict) -> None:
+    """Each saved value must be byte-for-byte what pnnx stored, or pnnx transformed it."""
+    with zipfile.ZipFile(bin_path) as z:
+        stored = set(z.namelist())
+        for key, value in weights.items():
+            if key not in stored:
+                raise SystemExit(f"{name}: {key} is not in {bin_path.name}")
+            data = np.frombuffer(z.read(key), dtype=np.float32)
+            if not np.array_equal(data, value.ravel()):
+                raise SystemExit(f"{name}: pnnx stored {key} differently from torch")
+
+
+def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
+    torch.manual_seed(0)
+    model = spec.build().eval()
+    cases = [(case, case_inputs(name, case, shapes, spec.input_scale)) for case, shapes in spec.cases]
+
+    model_dir = out_dir / name
+    shutil.rmtree(model_dir, ignore_errors=True)  # drop files of cases that no longer exist
+    model_dir.mkdir(parents=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "pnnx.log"
+        try:
+            with output_to(log):
+                pnnx.export(model, str(Path(tmp) / f"{name}.pt"), tuple(cases[0][1]))
+        except BaseException:
+            sys.stderr.write(log.read_text()[-4000:])
+            raise
+        # pnnx also writes the traced .pt, ncnn files, onnx and python scripts: keep only the graph
+        for suffix in (".pnnx.param", ".pnnx.bin"):
+            shutil.move(str(Path(tmp) / f"{name}{suffix}"), model_dir / f"{name}{suffix}")
+
+    entry_cases = []
+    with torch.no_grad():
+        for case, inputs in cases:
+            result = model(*inputs)
+            outputs = list(result) if isinstance(result, tuple) else [result]
+            entry = {"name": case, "inputs": [], "outputs": []}
+            for kind, tensors in (("in", inputs), ("out", outputs)):
+                for k, t in enumerate(tensors):
+                    array = np.ascontiguousarray(t.numpy(), dtype=np.float32)
+                    if kind == "out":
+                        check_output(name, case, k, array)
+                    np.save(model_dir / f"{case}_{kind}{k}.npy", array)
+                    entry[f"{kind}puts"].append(f"{name}/{case}_{kind}{k}.npy")
+            entry_cases.append(entry)
+
+    weights = {key: torch_value(model, key).detach().numpy().astype(np.float32) for key in spec.weights}
+    check_weights(name, model_dir / f"{name}.pnnx.bin", weights)
+    np.savez(model_dir / "weights.npz", **weights)
+    size = (model_dir / "weights.npz").stat().st_size
+    if size > WEIGHTS_LIMIT:
+        raise SystemExit(f"{name}: weights.npz is {size} bytes, over {WEIGHTS_LIMIT}")
+
+    return {
+        "param": f"{name}/{name}.pnnx.param",
+        "bin": f"{name}/{name}.pnnx.bin",
+        "description": spec.description,
+        "operator_types": operator_types(model_dir / f"{name}.pnnx.param"),
+        "cases": entry_cases,
+        "weights": f"{name}/weights.npz",
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "models", help="output folder (default: models/)")
+    parser.add_argument("--only", nargs="+", choices=list(SPECS), metavar="NAME", help="export only these models")
+    args = parser.parse_args(argv)
+
+    out_dir = args.out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = out_dir / "manifest.json"
+    # with --only, the other models' entries stay as they were
+    previous = json.loads(manifest_path.read_text())["models"] if args.only and manifest_path.exists() else {}
+
+    entries = {}
+    for name in args.only or SPECS:
+        print(f"exporting {name}", flush=True)
+        entries[name] = export_one(name, SPECS[name], out_dir)
+
+    manifest = {
+        "generator": "tools/export_models.py",
+        "pnnx_version": pnnx.__version__,
+        "torch_version": torch.__version__,
+        "models": {name: entries.get(name) or previous[name] for name in SPECS if name in entries or name in previous},
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"wrote {manifest_path}")
+
+
+if __name__ == "__main__":
+    main()
