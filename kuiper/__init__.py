@@ -12,10 +12,14 @@ from kuiper.errors import (
     UnsupportedOperatorError,
 )
 from kuiper import pnnx
+from kuiper.tensor import Tensor
+from kuiper import layers  # noqa: F401  (registers every layer)
+from kuiper.runtime import GraphState, KuiperWarning, RuntimeGraph, load
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendError", "GraphError", "InputError", "KernelBuildError", "KuiperError", "LayerError",
-    "PnnxFormatError", "ShapeError", "UnsupportedOperatorError", "pnnx",
+    "PnnxFormatError", "ShapeError", "UnsupportedOperatorError", "GraphState", "KuiperWarning",
+    "RuntimeGraph", "Tensor", "load", "pnnx",
 ]

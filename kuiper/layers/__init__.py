@@ -1,0 +1,43 @@
+"""Every layer kuiper has, one module per operator family: this list is the table of contents.
+
+Importing a module registers its classes under their PNNX type strings (see registry.py).
+"""
+
+from kuiper.layers import (  # noqa: F401
+    # element-wise activations (elementwise.py holds their shared base)
+    relu,
+    sigmoid,
+    tanh,
+    hardtanh,
+    leaky_relu,
+    silu,
+    hardsigmoid,
+    hardswish,
+    gelu,
+    softmax,
+    # convolution and friends
+    conv2d,
+    conv_transpose2d,
+    linear,
+    batchnorm2d,
+    # pooling and resizing
+    pooling,
+    adaptive_pool,
+    upsample,
+    # reductions
+    reduce,
+    # shape and data movement
+    reshape,
+    flatten,
+    permute,
+    transpose,
+    squeeze,
+    unsqueeze,
+    cat,
+    chunk,
+    split,
+    identity,
+    # constants and arithmetic
+    attribute,
+    expression,
+)

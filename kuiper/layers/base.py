@@ -11,20 +11,33 @@ from __future__ import annotations
 import numpy as np
 
 from kuiper.errors import LayerError, ShapeError
+from kuiper.pnnx.records import text_to_float
 
 _REQUIRED = object()
+
+
+def _number(value):
+    """pnnx types `inf`, `-inf` and `nan` as strings; read them as the floats they stand for."""
+    if isinstance(value, str):
+        number = text_to_float(value)
+        return value if number is None else number
+    return value
 
 
 class Layer:
     """Base class: typed access to the operator's parameters and weights, plus the forward contract."""
 
-    #: how many input tensors the layer takes; None means "one or more"
+    #: how many input tensors the layer takes; None means "at least min_inputs"
     num_inputs: int | None = 1
+    min_inputs: int = 1
 
     def __init__(self, op):
         self.op = op
-        if self.num_inputs is not None and len(op.input_operands) != self.num_inputs:
-            raise self.error(f"expects {self.num_inputs} input(s), the graph gives {len(op.input_operands)}")
+        given = len(op.input_operands)
+        if self.num_inputs is None and given < self.min_inputs:
+            raise self.error(f"expects at least {self.min_inputs} input(s), the graph gives {given}")
+        if self.num_inputs is not None and given != self.num_inputs:
+            raise self.error(f"expects {self.num_inputs} input(s), the graph gives {given}")
 
     # ---- errors -----------------------------------------------------------------------------------
     def error(self, message: str) -> LayerError:
@@ -50,7 +63,7 @@ class Layer:
         return value
 
     def float_param(self, key: str, default=_REQUIRED) -> float:
-        value = self.param(key, default)
+        value = _number(self.param(key, default))
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.error(f"parameter '{key}' must be a number, got {value!r}")
         return float(value)
@@ -84,6 +97,7 @@ class Layer:
 
     def floats_param(self, key: str, n: int | None = None, default=_REQUIRED) -> tuple:
         value = self.param(key, default)
+        value = [_number(v) for v in value] if isinstance(value, (list, tuple)) else _number(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and n is not None:
             value = [value] * n
         if not isinstance(value, (list, tuple)) or not all(
@@ -121,6 +135,14 @@ class Layer:
     def output_dtypes(self, input_dtypes: list) -> list:
         """Output dtypes; most layers keep the dtype of their first input."""
         return [input_dtypes[0] if input_dtypes else np.dtype(np.float32)] * len(self.op.output_operands)
+
+    def macs(self, input_shapes: list, output_shapes: list) -> int:
+        """Multiply-accumulate operations for one forward at these shapes (for `kuiper inspect`).
+
+        Layers whose cost is dominated by arithmetic (convolution, linear) override this; cheap
+        element-wise and data-movement layers count as zero, as pnnx's own FLOPS report does.
+        """
+        return 0
 
     def forward_numpy(self, inputs: list, outputs: list) -> None:
         """Compute outputs (preallocated numpy arrays, filled in place) from the input arrays."""

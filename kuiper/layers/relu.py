@@ -2,14 +2,11 @@
 
 import numpy as np
 
-from kuiper.layers.base import Layer
+from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.layers.registry import register
 
 
 @register("nn.ReLU", "F.relu")
-class ReLU(Layer):
-    def output_shapes(self, input_shapes):
-        return [input_shapes[0]]
-
-    def forward_numpy(self, inputs, outputs):
-        np.maximum(inputs[0], 0.0, out=outputs[0])
+class ReLU(ElementwiseLayer):
+    def apply(self, x, out):
+        np.maximum(x, 0.0, out=out)

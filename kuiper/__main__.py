@@ -1,0 +1,5 @@
+import sys
+
+from kuiper.cli import main
+
+sys.exit(main())

@@ -1,0 +1,271 @@
+"""The `kuiper` command line: run, inspect.
+
+Errors print one line and exit non-zero; `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import kuiper
+from kuiper.errors import KuiperError
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+DEFAULT_MODEL = MODELS / "resnet18" / "resnet18.pnnx.param"
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+
+class CliError(KuiperError):
+    """A command-line usage problem (missing file, bad option value)."""
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        args.func(args)
+        return 0
+    except (KuiperError, OSError) as e:
+        if args.debug:
+            raise
+        print(f"kuiper: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kuiper", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kuiper {kuiper.__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(title="commands")
+
+    run = sub.add_parser("run", parents=[common], help="run a model (default: the embedded ResNet-18)")
+    run.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
+    run.add_argument("--input", help="a .npy array, or an image (resized and normalized ImageNet-style)")
+    run.add_argument("--backend", default="numpy", help="numpy (default)")
+    run.add_argument("--batch", type=int, help="run at this batch size (the input is repeated or drawn)")
+    run.add_argument("--profile", action="store_true", help="time every operator")
+    run.add_argument("--trace", action="store_true", help="print the BFS execution order with meet_num")
+    run.add_argument("--topk", type=int, default=5, help="how many top logits to show (default 5)")
+    run.add_argument("--repeat", type=int, default=1, help="run forward this many times, report the median")
+    run.set_defaults(func=cmd_run, debug=False)
+
+    inspect = sub.add_parser("inspect", parents=[common], help="operators, shapes, FLOPs, memory of a model")
+    inspect.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
+    inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W",
+                         help="inspect at this input shape (once per graph input)")
+    inspect.add_argument("--graph", metavar="FILE", help="draw the graph: .mmd (mermaid), .dot, or .svg/.png via graphviz")
+    inspect.set_defaults(func=cmd_inspect, debug=False)
+    return parser
+
+
+# ---- run --------------------------------------------------------------------------------------------
+def cmd_run(args) -> None:
+    from rich.console import Console
+
+    console = Console()
+    param = Path(args.model) if args.model else DEFAULT_MODEL
+    _require(param, "model")
+    graph = kuiper.load(param, backend=args.backend)
+    inputs, reference = _inputs_for(graph, param, args)
+    shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs)
+    console.print(f"[bold]{param.name}[/] on [bold]{args.backend}[/], input {shapes}")
+
+    times = []
+    for i in range(max(1, args.repeat)):
+        started = time.perf_counter()
+        outputs = graph.forward(*inputs, trace=args.trace and i == 0, profile=args.profile)
+        times.append(time.perf_counter() - started)
+    console.print(f"forward: {np.median(times) * 1e3:.2f} ms" + (f" (median of {len(times)})" if len(times) > 1 else ""))
+
+    for k, out in enumerate(outputs):
+        _print_output(console, k, out, args.topk)
+    if reference is not None:
+        _print_match(console, outputs, reference)
+    if args.profile:
+        _print_profile(console, graph)
+
+
+def _inputs_for(graph, param: Path, args):
+    """The arrays to run, and PyTorch's outputs for them when the export tool saved some."""
+    if args.input:
+        path = Path(args.input)
+        _require(path, "input")
+        x = np.load(path) if path.suffix == ".npy" else _load_image(path)
+        if args.batch:
+            x = np.ascontiguousarray(np.repeat(x[:1], args.batch, axis=0))
+        return [x], None
+    case = _saved_case(param, args.batch or None)
+    if case is not None:
+        return case
+    rng = np.random.default_rng(0)
+    inputs = []
+    for op in graph.input_operators:
+        shape = op.output_operand.shape
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            raise CliError(f"input '{op.name}' has no fixed shape in the .param: give --input")
+        shape = (args.batch or shape[0],) + tuple(shape[1:])
+        inputs.append(rng.standard_normal(shape, dtype=np.float32))
+    return inputs, None
+
+
+def _saved_case(param: Path, batch):
+    """A case saved next to a committed model (models/manifest.json) whose batch matches, if any."""
+    manifest_path = param.resolve().parent.parent / "manifest.json"
+    if not manifest_path.exists():
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    for entry in manifest["models"].values():
+        if (manifest_path.parent / entry["param"]).resolve() != param.resolve():
+            continue
+        for case in entry["cases"]:
+            inputs = [np.load(manifest_path.parent / p) for p in case["inputs"]]
+            if batch is None or inputs[0].shape[0] == batch:
+                return inputs, [np.load(manifest_path.parent / p) for p in case["outputs"]]
+    return None
+
+
+def _load_image(path: Path) -> np.ndarray:
+    """Resize the short side to 256, crop the centre 224x224, scale to [0,1], normalize with ImageNet stats."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise CliError("reading images needs Pillow: pip install 'kuiper[image]'") from None
+    image = Image.open(path).convert("RGB")
+    scale = 256 / min(image.size)
+    image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BILINEAR)
+    left, top = (image.width - 224) // 2, (image.height - 224) // 2
+    image = image.crop((left, top, left + 224, top + 224))
+    x = (np.asarray(image, dtype=np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
+def _print_output(console, k: int, out: np.ndarray, topk: int) -> None:
+    console.print(f"output {k}: shape {tuple(out.shape)}, mean {out.mean():.6f}, std {out.std():.6f}")
+    if out.ndim == 2 and topk > 0:
+        for n, row in enumerate(out[:4]):
+            best = np.argsort(row)[::-1][:topk]
+            console.print(f"  item {n} top-{topk}: " + "  ".join(f"{i}:{row[i]:.4f}" for i in best))
+
+
+def _print_match(console, outputs: list, reference: list) -> None:
+    ok = len(outputs) == len(reference)
+    worst = 0.0
+    for out, ref in zip(outputs, reference):
+        tolerance = 1e-4 * max(1.0, float(np.abs(ref).max()))
+        diff = float(np.abs(out - ref).max()) if out.shape == ref.shape else float("inf")
+        worst = max(worst, diff)
+        ok = ok and out.shape == ref.shape and np.allclose(out, ref, rtol=1e-4, atol=tolerance)
+    verdict = "[green]matches[/]" if ok else "[red]DOES NOT match[/]"
+    console.print(f"{verdict} the saved PyTorch output (max abs diff {worst:.2e})")
+    if not ok:
+        raise CliError("output differs from the saved PyTorch reference")
+
+
+def _print_profile(console, graph) -> None:
+    from rich.table import Table
+
+    from kuiper.inspection import profile_by_type
+
+    total = sum(s for _, s in graph.last_profile) or 1e-12
+    table = Table(title="time per operator (last forward)")
+    for col in ("operator", "type", "ms", "%"):
+        table.add_column(col, justify="right" if col in ("ms", "%") else "left")
+    for op, seconds in graph.last_profile:
+        table.add_row(op.name, op.type, f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}")
+    console.print(table)
+    by_type = Table(title="time per type")
+    for col in ("type", "count", "ms", "%"):
+        by_type.add_column(col, justify="left" if col == "type" else "right")
+    for type_, (count, seconds) in profile_by_type(graph.last_profile).items():
+        by_type.add_row(type_, str(count), f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}")
+    console.print(by_type)
+
+
+# ---- inspect ----------------------------------------------------------------------------------------
+def cmd_inspect(args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kuiper import inspection
+    from kuiper.runtime.graph import RuntimeGraph
+
+    console = Console()
+    param = Path(args.model) if args.model else DEFAULT_MODEL
+    _require(param, "model")
+    graph = RuntimeGraph(param).init()
+    console.print(f"[bold]{param}[/]: {len(graph.operators)} operators, {len(graph.operands)} operands")
+    missing = graph.missing_types()
+    if missing:
+        console.print("[red]operator types with no layer:[/]")
+        for type_, names in missing.items():
+            console.print(f"  {type_}: {', '.join(names)}")
+    if args.graph:
+        _draw(graph, Path(args.graph))
+        console.print(f"graph written to {args.graph}")
+    if missing:
+        return
+
+    graph.build()
+    if args.input_shape:
+        shapes = [tuple(int(d) for d in s.split(",")) for s in args.input_shape]
+    else:
+        shapes = [op.output_operand.shape for op in graph.input_operators]
+    plan = graph.plan_for(*shapes)
+    table = Table()
+    for col in ("operator", "type", "inputs", "outputs", "params", "MMACs"):
+        table.add_column(col, justify="right" if col in ("params", "MMACs") else "left")
+    rows = inspection.operator_rows(graph, plan)
+    for row in rows:
+        table.add_row(row.name, row.type, _shapes(row.inputs), _shapes(row.outputs),
+                      f"{row.params:,}" if row.params else "", f"{row.macs / 1e6:.2f}" if row.macs else "")
+    console.print(table)
+    memory = inspection.activation_memory(graph, plan)
+    console.print(f"parameters: {sum(r.params for r in rows):,}")
+    console.print(f"multiply-accumulates: {sum(r.macs for r in rows) / 1e9:.3f} G")
+    console.print(
+        f"peak activation memory: {memory['planned'] / 2**20:.2f} MiB planned in {memory['buffers']} shared buffers "
+        f"(+ graph outputs), vs {memory['unplanned'] / 2**20:.2f} MiB with one buffer per tensor"
+    )
+
+
+def _shapes(shapes: list) -> str:
+    return " ".join("x".join(map(str, s)) for s in shapes)
+
+
+def _draw(graph, path: Path) -> None:
+    from kuiper import inspection
+
+    if path.suffix == ".mmd":
+        path.write_text(inspection.mermaid(graph))
+    elif path.suffix == ".dot":
+        path.write_text(inspection.dot(graph))
+    elif path.suffix in (".svg", ".png"):
+        if shutil.which("dot") is None:
+            raise CliError(f"drawing {path.suffix} needs graphviz's `dot` program; write .mmd or .dot instead")
+        subprocess.run(["dot", f"-T{path.suffix[1:]}", "-o", str(path)], input=inspection.dot(graph),
+                       text=True, check=True)
+    else:
+        raise CliError(f"--graph: unknown file type {path.suffix!r} (use .mmd, .dot, .svg or .png)")
+
+
+def _require(path: Path, what: str) -> None:
+    if not path.exists():
+        raise CliError(f"{what} file not found: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

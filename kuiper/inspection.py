@@ -1,0 +1,85 @@
+"""What `kuiper inspect` and `kuiper run --profile` report, as plain data (the CLI only renders it)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from kuiper.runtime.graph import INPUT, STRUCTURAL, RuntimeGraph
+
+
+@dataclass
+class OperatorRow:
+    name: str
+    type: str
+    inputs: list   # shapes
+    outputs: list  # shapes
+    params: int    # number of weight values
+    macs: int      # multiply-accumulates for one forward at these shapes
+
+
+def operator_rows(graph: RuntimeGraph, plan) -> list:
+    rows = []
+    for op in graph.order:
+        if op.type in STRUCTURAL and op.type != INPUT:
+            continue
+        ins = [plan.shapes[o.name] for o in op.input_operands]
+        outs = [plan.shapes[o.name] for o in op.output_operands]
+        params = sum(int(np.prod(a.shape, dtype=np.int64)) for a in op.attrs.values())
+        macs = op.layer.macs(ins, outs) if op.layer is not None else 0
+        rows.append(OperatorRow(op.name, op.type, ins, outs, params, macs))
+    return rows
+
+
+def activation_memory(graph: RuntimeGraph, plan) -> dict:
+    """Bytes of activations: as planned (shared buffers) and as they would be with one buffer each."""
+    outputs = sum(
+        int(np.prod(plan.shapes[o.name], dtype=np.int64)) * plan.dtypes[o.name].itemsize
+        for o in graph.output_operands
+    )
+    return {
+        "planned": plan.pooled_bytes + outputs,
+        "unplanned": plan.unpooled_bytes() + outputs,
+        "buffers": len(plan.assignment.slot_sizes),
+    }
+
+
+def profile_by_type(profile: list) -> "OrderedDict[str, tuple]":
+    """{type: (count, seconds)} from forward(profile=True)'s [(operator, seconds)], slowest first."""
+    totals = {}
+    for op, seconds in profile:
+        count, total = totals.get(op.type, (0, 0.0))
+        totals[op.type] = (count + 1, total + seconds)
+    return OrderedDict(sorted(totals.items(), key=lambda kv: -kv[1][1]))
+
+
+def _edges(graph: RuntimeGraph):
+    """(producer, consumer, shape label) for every operand, each consumer once."""
+    for op in graph.operators:
+        for operand in op.output_operands:
+            label = "x".join(str(d) for d in operand.shape) if operand.shape else ""
+            for succ in dict.fromkeys(operand.consumers):
+                yield op, succ, label
+
+
+def mermaid(graph: RuntimeGraph) -> str:
+    """The graph as mermaid flowchart text (renders on GitHub and in most markdown viewers)."""
+    ids = {op.name: f"n{i}" for i, op in enumerate(graph.operators)}
+    lines = ["flowchart TD"]
+    lines += [f'    {ids[op.name]}["{op.name}<br/>{op.type}"]' for op in graph.operators]
+    for src, dst, label in _edges(graph):
+        lines.append(f"    {ids[src.name]} -->{f'|{label}|' if label else ''} {ids[dst.name]}")
+    return "\n".join(lines) + "\n"
+
+
+def dot(graph: RuntimeGraph) -> str:
+    """The graph in graphviz DOT text (`dot -Tsvg` draws it)."""
+    ids = {op.name: f"n{i}" for i, op in enumerate(graph.operators)}
+    lines = ["digraph kuiper {", "  node [shape=box, fontname=Helvetica];"]
+    lines += [f'  {ids[op.name]} [label="{op.name}\\n{op.type}"];' for op in graph.operators]
+    for src, dst, label in _edges(graph):
+        lines.append(f'  {ids[src.name]} -> {ids[dst.name]} [label="{label}"];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,42 @@
+"""BatchNorm2d at inference: y = (x - mean) / sqrt(var + eps) * weight + bias, per channel.
+
+With frozen statistics this is an affine map per channel, y = x * scale + shift, so the constructor folds
+the four vectors into `scale` and `shift` once and forward is a multiply and an add.
+"""
+
+import numpy as np
+
+from kuiper.layers.base import Layer
+from kuiper.layers.registry import register
+
+
+@register("nn.BatchNorm2d")
+class BatchNorm2d(Layer):
+    def __init__(self, op):
+        super().__init__(op)
+        c = self.num_features = self.int_param("num_features")
+        if c < 1:
+            raise self.error(f"num_features must be >= 1, got {c}")
+        eps = self.float_param("eps", 1e-5)
+        mean = self.weight("running_mean", (c,)).astype(np.float64)
+        var = self.weight("running_var", (c,)).astype(np.float64)
+        if np.any(var + eps <= 0):
+            raise self.error("running_var + eps must be positive")
+        scale = 1.0 / np.sqrt(var + eps)
+        shift = -mean * scale
+        if self.bool_param("affine", True):
+            weight = self.weight("weight", (c,))
+            scale, shift = scale * weight, shift * weight + self.weight("bias", (c,))
+        # folded in float64, stored float32 as (C, 1, 1) to broadcast over (N, C, H, W)
+        self.scale = scale.astype(np.float32).reshape(c, 1, 1)
+        self.shift = shift.astype(np.float32).reshape(c, 1, 1)
+
+    def output_shapes(self, input_shapes):
+        shape = tuple(input_shapes[0])
+        if len(shape) != 4 or shape[1] != self.num_features:
+            raise self.shape_error(f"expects input (N, {self.num_features}, H, W), got {shape}")
+        return [shape]
+
+    def forward_numpy(self, inputs, outputs):
+        np.multiply(inputs[0], self.scale, out=outputs[0])
+        outputs[0] += self.shift

@@ -1,0 +1,74 @@
+"""ConvTranspose2d: the transpose of a convolution, as one GEMM followed by col2im.
+
+Where a convolution gathers a kernel-sized patch into each output pixel, the transposed convolution
+scatters each input pixel, weighted by the kernel, onto a kernel-sized patch of the output. That splits
+into two steps per batch item:
+
+1. GEMM: columns (Cout*kh*kw, H*W) = W^T (Cout*kh*kw, Cin) @ x (Cin, H*W) per group: the contribution of
+   every input pixel to every kernel tap;
+2. col2im: tap (i, j) of input pixel (y, x) lands on output pixel (y*stride + i*dilation, ...), so each tap
+   is one strided slice of the output, and the taps are added into it one after another.
+
+The scatter runs on an uncropped buffer; `padding` then crops that many pixels from each border (and
+`output_padding` extends the bottom/right edge, which only the bias reaches).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiper.layers.conv2d import ConvLayer, batched
+from kuiper.layers.registry import register
+
+
+@register("nn.ConvTranspose2d")
+class ConvTranspose2d(ConvLayer):
+    def __init__(self, op):
+        super().__init__(op)
+        (kh, kw), g = self.kernel_size, self.groups
+        cin_g, cout_g = self.in_channels // g, self.out_channels // g
+        self.padding = self.int_pair("padding", 0)
+        self.output_padding = self.int_pair("output_padding", 0)
+        for extra, s, d in zip(self.output_padding, self.stride, self.dilation):
+            if extra >= max(s, d):  # PyTorch's rule: a larger one would add output rows no input reaches
+                raise self.error(
+                    f"output_padding={self.output_padding} must be smaller than stride={self.stride} "
+                    f"or dilation={self.dilation}"
+                )
+        weight = self.weight("weight", (self.in_channels, cout_g, kh, kw))
+        # per group, W^T: rows over (cout_g, kh, kw), so the GEMM's result reads as (Cout, kh, kw, H, W)
+        self.w_gemm = np.ascontiguousarray(weight.reshape(g, cin_g, cout_g * kh * kw).transpose(0, 2, 1))
+
+    def output_shapes(self, input_shapes):
+        shape = tuple(input_shapes[0])
+        self.check_input(shape)
+        out_hw = []
+        for size, k, s, d, p, extra in zip(shape[-2:], self.kernel_size, self.stride, self.dilation,
+                                         self.padding, self.output_padding):
+            length = (size - 1) * s - 2 * p + d * (k - 1) + extra + 1
+            if length < 1:
+                raise self.shape_error(f"input {shape[-2:]} gives an empty output: padding {self.padding} crops it all")
+            out_hw.append(length)
+        return [shape[:-3] + (self.out_channels, *out_hw)]
+
+    def forward_numpy(self, inputs, outputs):
+        x, out = batched(inputs[0]), batched(outputs[0])
+        n, h, w = x.shape[0], x.shape[2], x.shape[3]
+        (kh, kw), (sh, sw), (dh, dw), (ph, pw) = self.kernel_size, self.stride, self.dilation, self.padding
+        ho, wo = out.shape[2:]
+
+        columns = self.scratch.get("columns", (self.groups, self.w_gemm.shape[1], h * w))
+        taps = columns.reshape(self.out_channels, kh, kw, h, w)
+        # tall and wide enough for every tap and for the cropped output, whichever reaches further
+        full_h = max((h - 1) * sh + dh * (kh - 1) + 1, ph + ho)
+        full_w = max((w - 1) * sw + dw * (kw - 1) + 1, pw + wo)
+        full = self.scratch.get("full", (self.out_channels, full_h, full_w))
+        x_groups = x.reshape(n, self.groups, -1, h * w)
+
+        for item in range(n):
+            np.matmul(self.w_gemm, x_groups[item], out=columns)
+            full.fill(0.0)
+            for i, j in np.ndindex(kh, kw):
+                full[:, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw] += taps[:, i, j]
+            out[item] = full[:, ph:ph + ho, pw:pw + wo]
+        self.add_bias(out)

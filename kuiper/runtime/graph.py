@@ -1,0 +1,356 @@
+"""RuntimeGraph: turns a PNNX model into linked runtime operators and runs them.
+
+States, as in KuiperInfer:  NEED_INIT --init()--> NEED_BUILD --build()--> COMPLETE --forward()...
+
+  init()    reads the .param/.bin records and links operators, operands and successors.
+  build()   creates one layer per operator (checking its parameters), fixes the execution order by a
+            dry run of the BFS below (so a graph that can never finish fails here, not in forward), and
+            plans memory for the input shapes recorded in the file.
+  forward() runs the BFS: pop a ready operator, run its layer, then probe each successor: bump its
+            meet_num for every input slot the finished operator fed, hand the output tensor over by
+            reference, and enqueue the successor once meet_num equals its number of inputs.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import deque
+from enum import IntEnum
+from pathlib import Path
+
+import numpy as np
+
+from kuiper import pnnx
+from kuiper.errors import BackendError, GraphError, InputError, ShapeError, UnsupportedOperatorError
+from kuiper.layers.registry import is_supported, layer_class
+from kuiper.runtime.operators import (
+    RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype,
+)
+from kuiper.runtime.planner import Lifetime, assign_buffers
+from kuiper.tensor import Tensor
+
+INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
+#: operators the graph itself handles: they move tensors around but compute nothing
+STRUCTURAL = frozenset({INPUT, OUTPUT, TUPLE})
+BACKENDS = ("numpy",)
+
+
+class GraphState(IntEnum):
+    NEED_INIT = -2
+    NEED_BUILD = -1
+    COMPLETE = 0
+
+
+class KuiperWarning(UserWarning):
+    """Something kuiper fixed for you but you may want to know about (e.g. a float64 input converted)."""
+
+
+class ExecutionPlan:
+    """Everything forward needs for one set of input shapes: every operand's shape and dtype, and the
+    pooled buffers laid out by liveness. Graph outputs are not pooled: each forward returns fresh arrays."""
+
+    def __init__(self, shapes: dict, dtypes: dict, pooled: dict, assignment):
+        self.shapes = shapes
+        self.dtypes = dtypes
+        self.assignment = assignment
+        self.slots = [np.empty(size, dtype=np.uint8) for size in assignment.slot_sizes]
+        self.tensors = {}
+        for name in pooled:
+            dtype, shape = dtypes[name], shapes[name]
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            view = self.slots[assignment.slot_of[name]][:nbytes].view(dtype).reshape(shape)
+            self.tensors[name] = Tensor.from_numpy(view)
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self.assignment.total_bytes
+
+    def unpooled_bytes(self) -> int:
+        """What the same operands would take with one buffer each (the no-planning baseline)."""
+        return sum(t.nbytes for t in self.tensors.values())
+
+
+class RuntimeGraph:
+    """A PNNX model ready to run. See the module docstring for the life cycle."""
+
+    def __init__(self, param_path, bin_path=None, backend: str = "numpy"):
+        if backend not in BACKENDS:
+            raise BackendError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
+        self.param_path = str(param_path)
+        self.bin_path = None if bin_path is None else str(bin_path)
+        self.backend = backend
+        self.state = GraphState.NEED_INIT
+        self.operators = []      # RuntimeOperator, file order
+        self.operands = {}       # name -> RuntimeOperand
+        self.input_operators = []
+        self.output_operands = []  # flattened graph outputs, in order
+        self.order = []          # execution order fixed by build()
+        self._plans = {}         # input signature -> ExecutionPlan
+        self.last_trace = []
+        self.last_profile = []
+
+    # ---- init: records -> linked runtime objects --------------------------------------------------
+    def init(self) -> "RuntimeGraph":
+        records = pnnx.load(self.param_path, self.bin_path)
+        self.bin_path = records.bin_path
+        self.operands = {
+            name: RuntimeOperand(name, rec.shape, rec.dtype) for name, rec in records.operands.items()
+        }
+        self.operators = []
+        for rec in records.operators:
+            op = RuntimeOperator(
+                rec.type, rec.name, line=rec.line,
+                params={k: RuntimeParameter(p.type, p.value) for k, p in rec.params.items()},
+                attrs={k: RuntimeAttribute(k, a.dtype, a.shape, a) for k, a in rec.attrs.items()},
+            )
+            op.input_operands = [self.operands[name] for name in rec.inputs]
+            op.input_names = list(rec.input_names)
+            op.output_operands = [self.operands[name] for name in rec.outputs]
+            for operand in op.input_operands:
+                operand.consumers.append(op)
+            for operand in op.output_operands:
+                operand.producer = op
+            self.operators.append(op)
+        for op in self.operators:
+            successors = []
+            for operand in op.output_operands:
+                successors += [c for c in operand.consumers if c not in successors]
+            op.successors = successors
+        self.input_operators = [op for op in self.operators if op.type == INPUT]
+        self.output_operands = self._find_outputs()
+        self.state = GraphState.NEED_BUILD
+        return self
+
+    def _find_outputs(self) -> list:
+        outputs = []
+        for op in self.operators:
+            if op.type != OUTPUT:
+                continue
+            for operand in op.input_operands:
+                producer = operand.producer
+                if producer is not None and producer.type == TUPLE:
+                    outputs += producer.input_operands
+                else:
+                    outputs.append(operand)
+        return outputs
+
+    def missing_types(self) -> dict:
+        """{PNNX type: [operator names]} for every type this model needs that no layer implements."""
+        missing = {}
+        for op in self.operators:
+            if op.type not in STRUCTURAL and not is_supported(op.type):
+                missing.setdefault(op.type, []).append(op.name)
+        return missing
+
+    # ---- build: layers, order, first plan -----------------------------------------------------------
+    def build(self) -> "RuntimeGraph":
+        if self.state == GraphState.NEED_INIT:
+            self.init()
+        if self.state == GraphState.COMPLETE:
+            return self
+        missing = self.missing_types()
+        if missing:
+            listed = "; ".join(f"'{t}' (operator {', '.join(names)})" for t, names in missing.items())
+            raise UnsupportedOperatorError(f"{self.param_path}: no layer for {listed}")
+        for op in self.operators:
+            if op.type not in STRUCTURAL:
+                op.layer = layer_class(op.type, op.name)(op)
+        self.order = self._schedule()
+        recorded = [op.output_operand.shape for op in self.input_operators]
+        if all(s is not None and all(isinstance(d, int) for d in s) for s in recorded):
+            dtypes = [numpy_dtype(op.output_operand.dtype) for op in self.input_operators]
+            self._check_recorded(self._plan(list(zip(map(tuple, recorded), dtypes))))
+        self.state = GraphState.COMPLETE
+        return self
+
+    def _schedule(self) -> list:
+        """A dry run of forward's BFS that only counts: the order it yields is the execution order.
+
+        Any operator left unvisited can never become ready (a cycle, or an input nobody produces)."""
+        meet = {op.name: 0 for op in self.operators}
+        queue = deque(op for op in self.operators if not op.input_operands)
+        order = []
+        while queue:
+            op = queue.popleft()
+            order.append(op)
+            for operand in op.output_operands:
+                for succ in operand.consumers:
+                    meet[succ.name] += 1
+                    if meet[succ.name] == len(succ.input_operands):
+                        queue.append(succ)
+        if len(order) != len(self.operators):
+            stuck = [op for op in self.operators if op not in order]
+            details = ", ".join(
+                f"'{op.name}' ({op.type}, {meet[op.name]}/{len(op.input_operands)} inputs ready)"
+                for op in stuck[:5]
+            )
+            raise GraphError(
+                f"{self.param_path}: {len(stuck)} operator(s) can never run (a cycle or a missing input): {details}"
+            )
+        return order
+
+    # ---- plans: shapes and memory per input signature ----------------------------------------------
+    def _plan(self, signature: list) -> ExecutionPlan:
+        """Infer every operand's shape for these (shape, dtype) inputs and lay out buffers by liveness."""
+        key = tuple(signature)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        shapes, dtypes = {}, {}
+        for op, (shape, dtype) in zip(self.input_operators, signature):
+            shapes[op.output_operand.name] = shape
+            dtypes[op.output_operand.name] = dtype
+        for op in self.order:
+            if op.layer is None:
+                continue
+            in_shapes = [shapes[o.name] for o in op.input_operands]
+            out_shapes = op.layer.output_shapes(in_shapes)
+            out_dtypes = op.layer.output_dtypes([dtypes[o.name] for o in op.input_operands])
+            for operand, shape, dtype in zip(op.output_operands, out_shapes, out_dtypes):
+                shapes[operand.name] = tuple(int(d) for d in shape)
+                dtypes[operand.name] = np.dtype(dtype)
+
+        graph_outputs = {o.name for o in self.output_operands}
+        step = {op.name: i for i, op in enumerate(self.order)}
+        lifetimes = []
+        for op in self.order:
+            if op.layer is None:
+                continue
+            for operand in op.output_operands:
+                if operand.name in graph_outputs:
+                    continue
+                last = max((step[c.name] for c in operand.consumers), default=step[op.name])
+                nbytes = int(np.prod(shapes[operand.name], dtype=np.int64)) * dtypes[operand.name].itemsize
+                lifetimes.append(Lifetime(operand.name, nbytes, step[op.name], last))
+        plan = ExecutionPlan(shapes, dtypes, [l.key for l in lifetimes], assign_buffers(lifetimes))
+        self._plans[key] = plan
+        return plan
+
+    def _check_recorded(self, plan: ExecutionPlan) -> None:
+        """At the recorded input shapes, every inferred shape must equal the `#` shape in the file."""
+        for name, shape in plan.shapes.items():
+            recorded = self.operands[name].shape
+            if recorded is None or not all(isinstance(d, int) for d in recorded):
+                continue
+            if tuple(recorded) != shape:
+                producer = self.operands[name].producer
+                raise ShapeError(
+                    f"{self.param_path}:{producer.line}: {producer.type} operator '{producer.name}' infers shape "
+                    f"{shape} for operand {name}, the file records {tuple(recorded)}"
+                )
+
+    def _signature(self, inputs: tuple) -> list:
+        """Check the arrays given to forward against the graph inputs; return their (shape, dtype) list."""
+        if len(inputs) != len(self.input_operators):
+            raise InputError(
+                f"{self.param_path}: the graph takes {len(self.input_operators)} input(s), "
+                f"forward was given {len(inputs)}"
+            )
+        arrays, signature = [], []
+        for op, x in zip(self.input_operators, inputs):
+            if isinstance(x, Tensor):
+                x = x.data
+            expected = op.output_operand.shape
+            where = f"graph input '{op.name}' (operand {op.output_operand.name})"
+            if not isinstance(x, np.ndarray):
+                raise InputError(f"{where}: expected a numpy array, got {type(x).__name__}")
+            if x.dtype != np.float32:
+                if x.dtype not in (np.float64, np.float16):
+                    raise InputError(f"{where}: expected float32 data, got {x.dtype}")
+                warnings.warn(f"{where}: {x.dtype} input converted to float32", KuiperWarning, stacklevel=3)
+                x = x.astype(np.float32)
+            if not x.flags.c_contiguous:
+                raise InputError(f"{where}: the array is not C-contiguous (use np.ascontiguousarray)")
+            if expected is not None and len(expected) != x.ndim:
+                raise InputError(f"{where}: expected shape {_fmt(expected)}, given {_fmt(x.shape)} (wrong rank)")
+            arrays.append(x)
+            signature.append((tuple(x.shape), x.dtype))
+        try:
+            plan = self._plan(signature)
+        except ShapeError as e:
+            given = ", ".join(_fmt(s) for s, _ in signature)
+            recorded = ", ".join(_fmt(op.output_operand.shape) for op in self.input_operators)
+            raise InputError(f"input shape(s) {given} do not fit the graph (recorded: {recorded}): {e}") from None
+        return arrays, plan
+
+    # ---- forward ------------------------------------------------------------------------------------
+    def forward(self, *inputs, trace: bool = False, profile: bool = False) -> list:
+        """Run the graph on numpy arrays (one per pnnx.Input, in file order); return the outputs as arrays."""
+        if self.state != GraphState.COMPLETE:
+            raise GraphError(f"{self.param_path}: forward() needs a built graph: call build() first "
+                             f"(state is {self.state.name})")
+        arrays, plan = self._signature(inputs)
+        self.last_trace = []
+        self.last_profile = []
+        for op in self.operators:
+            op.meet_num = 0
+
+        queue = deque(op for op in self.order if not op.input_operands)
+        feed = {op.name: x for op, x in zip(self.input_operators, arrays)}
+        while queue:
+            op = queue.popleft()
+            started = time.perf_counter() if profile else 0.0
+            self._run(op, plan, feed)
+            if profile and op.layer is not None:
+                self.last_profile.append((op, time.perf_counter() - started))
+            if trace:
+                self._trace(f"run   {op.name:<28} {op.type}")
+            for operand in op.output_operands:
+                for succ in operand.consumers:  # one entry per input slot fed by this operand
+                    succ.meet_num += 1
+                    if trace:
+                        self._trace(f"        probe {succ.name:<22} meet_num {succ.meet_num}/{len(succ.input_operands)}")
+                    if succ.meet_num == len(succ.input_operands):
+                        queue.append(succ)
+        return [operand.tensor.data for operand in self.output_operands]
+
+    def _run(self, op: RuntimeOperator, plan: ExecutionPlan, feed: dict) -> None:
+        if op.type == INPUT:
+            op.output_operand.tensor = Tensor.from_numpy(feed[op.name])
+            return
+        if op.type == TUPLE:
+            # a tuple is only a bundle of references to its parts; pnnx.Output unpacks it
+            op.output_operand.tensor = tuple(o.tensor for o in op.input_operands)
+            return
+        if op.layer is None:  # pnnx.Output: the outputs already sit in their operands
+            return
+        outputs = []
+        for operand in op.output_operands:
+            tensor = plan.tensors.get(operand.name)
+            if tensor is None:  # a graph output: a fresh array the caller will own
+                tensor = Tensor.empty(plan.shapes[operand.name], dtype=plan.dtypes[operand.name])
+            outputs.append(tensor)
+        op.layer.forward_numpy([o.tensor.data for o in op.input_operands], [t.data for t in outputs])
+        for operand, tensor in zip(op.output_operands, outputs):
+            operand.tensor = tensor  # handed over by reference: successors read this very object
+
+    def _trace(self, line: str) -> None:
+        self.last_trace.append(line)
+        print(line)
+
+    # ---- information --------------------------------------------------------------------------------
+    @property
+    def plans(self) -> dict:
+        """The execution plans made so far, keyed by input signature ((shape, dtype) per input)."""
+        return dict(self._plans)
+
+    def plan_for(self, *shapes) -> ExecutionPlan:
+        """The execution plan (shapes, buffers) for float32 inputs of these shapes."""
+        if self.state != GraphState.COMPLETE:
+            raise GraphError(f"{self.param_path}: build() the graph first")
+        return self._plan([(tuple(s), np.dtype(np.float32)) for s in shapes])
+
+    def __repr__(self):
+        return f"RuntimeGraph({Path(self.param_path).name}, {len(self.operators)} operators, {self.state.name})"
+
+
+def _fmt(shape) -> str:
+    if shape is None:
+        return "(unknown)"
+    return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+def load(param_path, bin_path=None, backend: str = "numpy") -> RuntimeGraph:
+    """Read, link and build a model in one call."""
+    return RuntimeGraph(param_path, bin_path, backend=backend).build()

@@ -1,0 +1,127 @@
+"""RuntimeGraph: states, the meet_num BFS, tracing, build-time checks and input checks."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kuiper
+from kuiper import BackendError, GraphError, GraphState, InputError, UnsupportedOperatorError
+
+# x -> relu -> a;  x -> neg -> b;  add(a, b) -> c;  cat(c, a) -> d
+BRANCHY = """7767517
+6 5
+pnnx.Input               in0     0 1 x #x=(1,2,3,3)f32
+nn.ReLU                  relu    1 1 x a #x=(1,2,3,3)f32 #a=(1,2,3,3)f32
+pnnx.Expression          neg     1 1 x b expr=neg(@0) #b=(1,2,3,3)f32
+pnnx.Expression          add     2 1 a b c expr=add(@0,@1) #c=(1,2,3,3)f32
+torch.cat                cat     2 1 c a d dim=1 #d=(1,4,3,3)f32
+pnnx.Output              out     1 0 d
+"""
+
+
+def reference(x):
+    a = np.maximum(x, 0)
+    return np.concatenate([a - x, a], axis=1)
+
+
+@pytest.fixture
+def branchy(tmp_path):
+    path = tmp_path / "branchy.pnnx.param"
+    path.write_text(BRANCHY)
+    return path
+
+
+def test_states_and_forward_before_build(branchy):
+    g = kuiper.RuntimeGraph(branchy)
+    assert g.state == GraphState.NEED_INIT
+    with pytest.raises(GraphError, match="build"):
+        g.forward(np.zeros((1, 2, 3, 3), np.float32))
+    g.init()
+    assert g.state == GraphState.NEED_BUILD
+    g.build()
+    assert g.state == GraphState.COMPLETE
+
+
+def test_branchy_graph_forward_and_meet_num(branchy):
+    g = kuiper.load(branchy)
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 3), dtype=np.float32)
+    (out,) = g.forward(x)
+    np.testing.assert_allclose(out, reference(x))
+    # every operator ends with meet_num == its number of inputs; they are reset by the next forward
+    assert all(op.meet_num == len(op.input_operands) for op in g.operators)
+    (out2,) = g.forward(-x)
+    np.testing.assert_allclose(out2, reference(-x))
+    assert [op.name for op in g.order] == ["in0", "relu", "neg", "add", "cat", "out"]
+
+
+def test_tensors_are_handed_over_by_reference(branchy):
+    g = kuiper.load(branchy)
+    g.forward(np.ones((1, 2, 3, 3), np.float32))
+    relu = next(op for op in g.operators if op.name == "relu")
+    for succ in relu.successors:
+        slot = succ.input_operands.index(relu.output_operand)
+        assert succ.input_operands[slot].tensor is relu.output_operand.tensor
+
+
+def test_trace_shows_order_and_meet_num(branchy, capsys):
+    g = kuiper.load(branchy)
+    g.forward(np.ones((1, 2, 3, 3), np.float32), trace=True)
+    printed = capsys.readouterr().out
+    assert printed.splitlines() == g.last_trace
+    runs = [line.split()[1] for line in g.last_trace if line.startswith("run")]
+    assert runs == ["in0", "relu", "neg", "add", "cat", "out"]
+    add_probes = [line for line in g.last_trace if "probe add" in line]
+    assert [p.split()[-1] for p in add_probes] == ["1/2", "2/2"]
+
+
+def test_unknown_backend_is_a_clear_error(branchy):
+    with pytest.raises(BackendError, match="unknown backend 'cuda'"):
+        kuiper.RuntimeGraph(branchy, backend="cuda")
+
+
+def test_unsupported_operator_names_type_and_operator(tmp_path):
+    path = tmp_path / "m.pnnx.param"
+    path.write_text(BRANCHY.replace("nn.ReLU                  relu", "nn.Mystery               relu"))
+    g = kuiper.RuntimeGraph(path).init()
+    assert g.missing_types() == {"nn.Mystery": ["relu"]}
+    with pytest.raises(UnsupportedOperatorError, match="'nn.Mystery' \\(operator relu\\)"):
+        g.build()
+
+
+def test_cycle_is_found_at_build_not_in_forward(branchy):
+    g = kuiper.RuntimeGraph(branchy).init()
+    ops = {op.name: op for op in g.operators}
+    # feed relu from add's output: relu -> add -> relu is a cycle nobody can start
+    ops["relu"].input_operands = [ops["add"].output_operand]
+    ops["add"].output_operand.consumers.append(ops["relu"])
+    ops["in0"].output_operand.consumers.remove(ops["relu"])
+    with pytest.raises(GraphError, match="can never run.*'relu'"):
+        g.build()
+
+
+def test_input_checks(branchy):
+    g = kuiper.load(branchy)
+    good = np.zeros((1, 2, 3, 3), np.float32)
+    with pytest.raises(InputError, match="takes 1 input"):
+        g.forward(good, good)
+    with pytest.raises(InputError, match=r"in0.*expected shape \(1,2,3,3\), given \(2,3,3\)"):
+        g.forward(np.zeros((2, 3, 3), np.float32))
+    with pytest.raises(InputError, match="float32"):
+        g.forward(np.zeros((1, 2, 3, 3), np.int32))
+    with pytest.raises(InputError, match="C-contiguous"):
+        g.forward(np.zeros((1, 2, 3, 6), np.float32)[..., ::2])
+    with pytest.raises(InputError, match="numpy array"):
+        g.forward([[1.0]])
+    with pytest.warns(kuiper.KuiperWarning, match="float64"):
+        (out,) = g.forward(np.ones((1, 2, 3, 3)))
+    np.testing.assert_allclose(out, reference(np.ones((1, 2, 3, 3), np.float32)))
+
+
+def test_other_batch_and_spatial_sizes_get_their_own_plan(branchy):
+    g = kuiper.load(branchy)
+    for shape in [(3, 2, 5, 4), (1, 2, 3, 3), (3, 2, 5, 4)]:
+        x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
+        (out,) = g.forward(x)
+        np.testing.assert_allclose(out, reference(x))
+    assert len(g.plans) == 2
