@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pnnx
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -498,9 +497,16 @@ def check_weights(name: str, bin_path: Path, weights: dict) -> None:
                 raise SystemExit(f"{name}: pnnx stored {key} differently from torch")
 
 
-def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
+def build_model(name: str) -> nn.Module:
+    """The torch model exactly as exported (same seed, same construction): benchmarks import this."""
     torch.manual_seed(0)
-    model = spec.build().eval()
+    return SPECS[name].build().eval()
+
+
+def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
+    import pnnx  # only exporting needs pnnx; benchmarks import this module for build_model
+
+    model = build_model(name)
     cases = [(case, case_inputs(name, case, shapes, spec.input_scale)) for case, shapes in spec.cases]
 
     model_dir = out_dir / name
@@ -567,6 +573,8 @@ def main(argv=None) -> None:
     for name in args.only or SPECS:
         print(f"exporting {name}", flush=True)
         entries[name] = export_one(name, SPECS[name], out_dir)
+
+    import pnnx
 
     manifest = {
         "generator": "tools/export_models.py",

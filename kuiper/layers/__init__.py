@@ -14,6 +14,7 @@ from kuiper.layers import (  # noqa: F401
     hardsigmoid,
     hardswish,
     gelu,
+    clamp,
     softmax,
     # convolution and friends
     conv2d,

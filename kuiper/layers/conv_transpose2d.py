@@ -9,8 +9,8 @@ into two steps per batch item:
 2. col2im: tap (i, j) of input pixel (y, x) lands on output pixel (y*stride + i*dilation, ...), so each tap
    is one strided slice of the output, and the taps are added into it one after another.
 
-The scatter runs on an uncropped buffer; `padding` then crops that many pixels from each border (and
-`output_padding` extends the bottom/right edge, which only the bias reaches).
+The scatter runs on an uncropped buffer; `padding` then crops that many pixels from each border, and
+`output_padding` gives that many back at the bottom/right (rows past the scattered area hold only the bias).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class ConvTranspose2d(ConvLayer):
         self.padding = self.int_pair("padding", 0)
         self.output_padding = self.int_pair("output_padding", 0)
         for extra, s, d in zip(self.output_padding, self.stride, self.dilation):
-            if extra >= max(s, d):  # PyTorch's rule: a larger one would add output rows no input reaches
+            # PyTorch's rule: output_padding only picks among the output sizes one input size can come from
+            if extra >= max(s, d):
                 raise self.error(
                     f"output_padding={self.output_padding} must be smaller than stride={self.stride} "
                     f"or dilation={self.dilation}"

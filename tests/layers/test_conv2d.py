@@ -109,6 +109,14 @@ def test_matches_reference(case):
     assert_matches(layer.run_numpy(x)[0], expected)
 
 
+@pytest.mark.parametrize("name", ["stride2 odd batch3 nobias", "same even kernel", "groups3 stride2",
+                                  "kernel>stride asymmetric"])
+def test_banded_im2col(monkeypatch, name):
+    """A tiny column budget splits images into bands of 1 to 5 output rows, the last band often shorter."""
+    monkeypatch.setattr(kuiper.layers.conv2d, "COLUMN_BYTES", 2500)
+    test_matches_reference(CASES[name])
+
+
 def test_unbatched_input():
     rng = np.random.default_rng(1)
     layer, weight, bias = make_conv(rng, 5, 7, 3, stride=2, padding=1, input_shape=(5, 9, 11))
