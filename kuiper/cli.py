@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="run a model (default: the embedded ResNet-18)")
     run.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
     run.add_argument("--input", help="a .npy array, or an image (resized and normalized ImageNet-style)")
-    run.add_argument("--backend", default="numpy", help="numpy (default)")
+    run.add_argument("--backend", default="numpy", choices=("numpy", "opencl"), help="numpy (default) or opencl")
+    run.add_argument("--device", help="OpenCL device: P:D or a name substring (default: KUIPER_CL_DEVICE, first GPU, first CPU)")
+    run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
     run.add_argument("--batch", type=int, help="run at this batch size (the input is repeated or drawn)")
     run.add_argument("--profile", action="store_true", help="time every operator")
     run.add_argument("--trace", action="store_true", help="print the BFS execution order with meet_num")
@@ -69,7 +71,21 @@ def _parser() -> argparse.ArgumentParser:
                          help="inspect at this input shape (once per graph input)")
     inspect.add_argument("--graph", metavar="FILE", help="draw the graph: .mmd (mermaid), .dot, or .svg/.png via graphviz")
     inspect.set_defaults(func=cmd_inspect, debug=False)
+    devices = sub.add_parser("devices", parents=[common], help="list OpenCL platforms and devices")
+    devices.set_defaults(func=cmd_devices, debug=False)
     return parser
+
+
+# ---- devices ------------------------------------------------------------------------------------------
+def cmd_devices(args) -> None:
+    from kuiper.runtime import opencl
+
+    chosen = opencl.select_device()
+    for p, d, platform, device in opencl.all_devices():
+        mark = "*" if device.int_ptr == chosen.int_ptr else " "
+        print(f"{mark} {p}:{d}  {platform.name.strip()} / " + ", ".join(
+            f"{k}: {v}" for k, v in opencl.describe(device).items()))
+    print("* = the device backend='opencl' picks now (set KUIPER_CL_DEVICE=P:D or a name to choose)")
 
 
 # ---- run --------------------------------------------------------------------------------------------
@@ -79,10 +95,13 @@ def cmd_run(args) -> None:
     console = Console()
     param = Path(args.model) if args.model else DEFAULT_MODEL
     _require(param, "model")
-    graph = kuiper.load(param, backend=args.backend)
+    graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule)
     inputs, reference = _inputs_for(graph, param, args)
     shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs)
-    console.print(f"[bold]{param.name}[/] on [bold]{args.backend}[/], input {shapes}")
+    where = args.backend
+    if graph.runtime is not None:
+        where += f" ({graph.runtime.device.name.strip()})"
+    console.print(f"[bold]{param.name}[/] on [bold]{where}[/], input {shapes}")
 
     times = []
     for i in range(max(1, args.repeat)):
@@ -176,22 +195,31 @@ def _print_match(console, outputs: list, reference: list) -> None:
 
 
 def _print_profile(console, graph) -> None:
+    """Per-operator and per-type tables; on OpenCL the device time from profiling events sits beside
+    the host time (the host only enqueues, so its column shows the Python cost of each operator)."""
     from rich.table import Table
 
     from kuiper.inspection import profile_by_type
 
-    total = sum(s for _, s in graph.last_profile) or 1e-12
+    on_device = graph.runtime is not None
+    total = sum((d if on_device else h) for _, h, d in graph.last_profile) or 1e-12
+    columns = ["host ms"] + (["device ms"] if on_device else []) + ["%"]
+
+    def cells(host, device):
+        share = (device if on_device else host) / total
+        return [f"{host * 1e3:.3f}"] + ([f"{device * 1e3:.3f}"] if on_device else []) + [f"{100 * share:.1f}"]
+
     table = Table(title="time per operator (last forward)")
-    for col in ("operator", "type", "ms", "%"):
-        table.add_column(col, justify="right" if col in ("ms", "%") else "left")
-    for op, seconds in graph.last_profile:
-        table.add_row(op.name, op.type, f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}")
+    for col in ["operator", "type"] + columns:
+        table.add_column(col, justify="left" if col in ("operator", "type") else "right")
+    for op, host, device in graph.last_profile:
+        table.add_row(op.name, op.type, *cells(host, device))
     console.print(table)
     by_type = Table(title="time per type")
-    for col in ("type", "count", "ms", "%"):
+    for col in ["type", "count"] + columns:
         by_type.add_column(col, justify="left" if col == "type" else "right")
-    for type_, (count, seconds) in profile_by_type(graph.last_profile).items():
-        by_type.add_row(type_, str(count), f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}")
+    for type_, (count, host, device) in profile_by_type(graph.last_profile).items():
+        by_type.add_row(type_, str(count), *cells(host, device))
     console.print(by_type)
 
 

@@ -47,12 +47,15 @@ def activation_memory(graph: RuntimeGraph, plan) -> dict:
 
 
 def profile_by_type(profile: list) -> "OrderedDict[str, tuple]":
-    """{type: (count, seconds)} from forward(profile=True)'s [(operator, seconds)], slowest first."""
+    """{type: (count, host seconds, device seconds or None)} from forward(profile=True)'s
+    [(operator, host seconds, device seconds or None)], slowest first."""
     totals = {}
-    for op, seconds in profile:
-        count, total = totals.get(op.type, (0, 0.0))
-        totals[op.type] = (count + 1, total + seconds)
-    return OrderedDict(sorted(totals.items(), key=lambda kv: -kv[1][1]))
+    for op, host, device in profile:
+        count, host_total, device_total = totals.get(op.type, (0, 0.0, None))
+        if device is not None:
+            device_total = (device_total or 0.0) + device
+        totals[op.type] = (count + 1, host_total + host, device_total)
+    return OrderedDict(sorted(totals.items(), key=lambda kv: -(kv[1][2] if kv[1][2] is not None else kv[1][1])))
 
 
 def _edges(graph: RuntimeGraph):

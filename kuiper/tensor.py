@@ -23,12 +23,12 @@ class Tensor:
     # ---- construction ------------------------------------------------------------------------------
     @classmethod
     def zeros(cls, *shape, dtype=np.float32) -> "Tensor":
-        return cls(np.zeros(_shape(shape), dtype=dtype), dtype)
+        return cls(np.zeros(normalize_shape(shape), dtype=dtype), dtype)
 
     @classmethod
     def empty(cls, *shape, dtype=np.float32) -> "Tensor":
         """Uninitialised memory: the fastest way to get an output buffer that will be overwritten."""
-        return cls(np.empty(_shape(shape), dtype=dtype), dtype)
+        return cls(np.empty(normalize_shape(shape), dtype=dtype), dtype)
 
     @classmethod
     def from_numpy(cls, array: np.ndarray) -> "Tensor":
@@ -57,7 +57,7 @@ class Tensor:
         return self.data.nbytes
 
     def _dim(self, axis_from_end: int) -> int:
-        return self.data.shape[-axis_from_end] if self.data.ndim >= axis_from_end else 1
+        return self.shape[-axis_from_end] if self.ndim >= axis_from_end else 1
 
     @property
     def batch(self) -> int:
@@ -113,7 +113,7 @@ class Tensor:
     # ---- new shapes ---------------------------------------------------------------------------------
     def reshape(self, *shape) -> "Tensor":
         """Same elements in row-major order, new shape; a view whenever numpy can make one."""
-        return Tensor.from_numpy(self.data.reshape(_shape(shape)))
+        return Tensor.from_numpy(self.data.reshape(normalize_shape(shape)))
 
     def flatten(self) -> "Tensor":
         """A rank-1 tensor of all elements (row-major)."""
@@ -158,7 +158,7 @@ class Tensor:
         return f"Tensor(shape={self.shape}, dtype={self.dtype})"
 
 
-def _shape(shape: tuple) -> tuple:
+def normalize_shape(shape: tuple) -> tuple:
     """Accept both `f(2, 3)` and `f((2, 3))`."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])

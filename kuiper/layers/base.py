@@ -148,6 +148,19 @@ class Layer:
         """Compute outputs (preallocated numpy arrays, filled in place) from the input arrays."""
         raise NotImplementedError(f"{type(self).__name__} must implement forward_numpy")
 
+    # ---- the OpenCL path (kuiper/runtime/opencl.py) -------------------------------------------------
+    @property
+    def supports_opencl(self) -> bool:
+        """True when the layer has its own forward_opencl (otherwise the graph runs it on the host)."""
+        return type(self).forward_opencl is not Layer.forward_opencl
+
+    def build_opencl(self, rt) -> None:
+        """Once, when an OpenCL graph is built: fetch kernels (rt.kernel) and upload weights (rt.upload)."""
+
+    def forward_opencl(self, q, inputs: list, outputs: list) -> None:
+        """Enqueue kernels (q.run) computing the output DeviceTensors from the input DeviceTensors."""
+        raise NotImplementedError(f"{type(self).__name__} has no OpenCL forward")
+
     def run_numpy(self, *inputs: np.ndarray) -> list:
         """Run this layer alone: infer output shapes, allocate the outputs, call forward_numpy.
 

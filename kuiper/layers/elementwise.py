@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
+from kuiper.runtime.opencl import round_up
 
 # A formula of several steps passes over its data several times. On blocks this size (256 KiB of float32)
 # the passes after the first read the CPU cache instead of memory: GELU runs about twice as fast as on
@@ -42,6 +43,27 @@ class ElementwiseLayer(Layer):
     def apply(self, x: np.ndarray, out: np.ndarray) -> None:
         """Write f(x) into `out`, an array of x's shape (never x itself)."""
         raise NotImplementedError(f"{type(self).__name__} must implement apply")
+
+    # ---- OpenCL: every activation is one function in cl/activation.cl, chosen by -DACT=act_<name> ----
+    #: the function's name in cl/activation.cl; None means the layer has no OpenCL formula
+    cl_function: str | None = None
+
+    @property
+    def supports_opencl(self) -> bool:
+        return self.cl_function is not None
+
+    def cl_params(self) -> tuple:
+        """The (a, b) floats the OpenCL formula reads (slopes, bounds)."""
+        return 0.0, 0.0
+
+    def build_opencl(self, rt):
+        self.cl_kernel = rt.kernel("activation.cl", "activation", [f"-DACT=act_{self.cl_function}"])
+
+    def forward_opencl(self, q, inputs, outputs):
+        n = outputs[0].size
+        a, b = self.cl_params()
+        q.run(self.cl_kernel, (round_up(n, 256),), None,
+              outputs[0].buffer, inputs[0].buffer, np.int32(n), np.float32(a), np.float32(b))
 
 
 # ---- the error function ----------------------------------------------------------------------------------

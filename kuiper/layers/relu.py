@@ -8,5 +8,7 @@ from kuiper.layers.registry import register
 
 @register("nn.ReLU", "F.relu")
 class ReLU(ElementwiseLayer):
+    cl_function = "relu"
+
     def apply(self, x, out):
         np.maximum(x, 0.0, out=out)

@@ -7,6 +7,8 @@ from kuiper.layers.sigmoid import sigmoid
 
 @register("nn.SiLU", "F.silu")
 class SiLU(ElementwiseLayer):
+    cl_function = "silu"
+
     def apply(self, x, out):
         sigmoid(x, out)
         out *= x

@@ -27,13 +27,15 @@ from kuiper.layers.registry import is_supported, layer_class
 from kuiper.runtime.operators import (
     RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype,
 )
+from kuiper.runtime.opencl import DeviceTensor
 from kuiper.runtime.planner import Lifetime, assign_buffers
 from kuiper.tensor import Tensor
 
 INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
 #: operators the graph itself handles: they move tensors around but compute nothing
 STRUCTURAL = frozenset({INPUT, OUTPUT, TUPLE})
-BACKENDS = ("numpy",)
+BACKENDS = ("numpy", "opencl")
+SCHEDULES = ("inorder", "levels")
 
 
 class GraphState(IntEnum):
@@ -48,19 +50,27 @@ class KuiperWarning(UserWarning):
 
 class ExecutionPlan:
     """Everything forward needs for one set of input shapes: every operand's shape and dtype, and the
-    pooled buffers laid out by liveness. Graph outputs are not pooled: each forward returns fresh arrays."""
+    pooled buffers laid out by liveness. On numpy the graph outputs are not pooled (each forward returns
+    fresh arrays); on OpenCL inputs and outputs have device buffers too, and cross to the host once."""
 
-    def __init__(self, shapes: dict, dtypes: dict, pooled: dict, assignment):
+    def __init__(self, shapes: dict, dtypes: dict, lifetimes: list, runtime=None):
         self.shapes = shapes
         self.dtypes = dtypes
-        self.assignment = assignment
-        self.slots = [np.empty(size, dtype=np.uint8) for size in assignment.slot_sizes]
+        self.assignment = assign_buffers(lifetimes)
+        self.runtime = runtime
+        if runtime is None:
+            self.slots = [np.empty(size, dtype=np.uint8) for size in self.assignment.slot_sizes]
+        else:
+            self.slots = runtime.pool.slots(self.assignment)
         self.tensors = {}
-        for name in pooled:
-            dtype, shape = dtypes[name], shapes[name]
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            view = self.slots[assignment.slot_of[name]][:nbytes].view(dtype).reshape(shape)
-            self.tensors[name] = Tensor.from_numpy(view)
+        for life in lifetimes:
+            name = life.key
+            slot = self.slots[self.assignment.slot_of[name]]
+            if runtime is None:
+                view = slot[:life.size].view(dtypes[name]).reshape(shapes[name])
+                self.tensors[name] = Tensor.from_numpy(view)
+            else:
+                self.tensors[name] = DeviceTensor(runtime, slot, shapes[name], dtypes[name])
 
     @property
     def pooled_bytes(self) -> int:
@@ -70,16 +80,30 @@ class ExecutionPlan:
         """What the same operands would take with one buffer each (the no-planning baseline)."""
         return sum(t.nbytes for t in self.tensors.values())
 
+    def release(self) -> None:
+        """Give device buffers back to the pool (a plan that is dropped)."""
+        if self.runtime is not None:
+            for slot in self.slots:
+                self.runtime.pool.give(slot)
+            self.slots = []
+
 
 class RuntimeGraph:
     """A PNNX model ready to run. See the module docstring for the life cycle."""
 
-    def __init__(self, param_path, bin_path=None, backend: str = "numpy"):
+    def __init__(self, param_path, bin_path=None, backend: str = "numpy", device: str | None = None,
+                 schedule: str = "inorder"):
         if backend not in BACKENDS:
             raise BackendError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
+        if schedule not in SCHEDULES:
+            raise BackendError(f"unknown schedule {schedule!r} (available: {', '.join(SCHEDULES)})")
         self.param_path = str(param_path)
         self.bin_path = None if bin_path is None else str(bin_path)
         self.backend = backend
+        self.device = device
+        self.schedule = schedule
+        self.runtime = None      # the OpenCLRuntime on the opencl backend
+        self.host_fallbacks = []  # operators with no OpenCL forward, run on numpy with explicit transfers
         self.state = GraphState.NEED_INIT
         self.operators = []      # RuntimeOperator, file order
         self.operands = {}       # name -> RuntimeOperand
@@ -157,12 +181,32 @@ class RuntimeGraph:
             if op.type not in STRUCTURAL:
                 op.layer = layer_class(op.type, op.name)(op)
         self.order = self._schedule()
+        if self.backend == "opencl":
+            self._build_opencl()
         recorded = [op.output_operand.shape for op in self.input_operators]
         if all(s is not None and all(isinstance(d, int) for d in s) for s in recorded):
             dtypes = [numpy_dtype(op.output_operand.dtype) for op in self.input_operators]
             self._check_recorded(self._plan(list(zip(map(tuple, recorded), dtypes))))
         self.state = GraphState.COMPLETE
         return self
+
+    def _build_opencl(self) -> None:
+        """Upload weights and compile kernels once; say which operators must run on the host."""
+        from kuiper.runtime.opencl import get_runtime
+
+        self.runtime = get_runtime(self.device)
+        self.host_fallbacks = []
+        for op in self.order:
+            if op.layer is None:
+                continue
+            if op.layer.supports_opencl:
+                op.layer.build_opencl(self.runtime)
+            else:
+                self.host_fallbacks.append(op)
+        if self.host_fallbacks:
+            names = ", ".join(f"{op.name} ({op.type})" for op in self.host_fallbacks)
+            warnings.warn(f"{self.param_path}: no OpenCL forward for {names}: these run on numpy, with their "
+                          f"inputs downloaded and outputs uploaded", KuiperWarning, stacklevel=3)
 
     def _schedule(self) -> list:
         """A dry run of forward's BFS that only counts: the order it yields is the execution order.
@@ -211,21 +255,32 @@ class RuntimeGraph:
                 shapes[operand.name] = tuple(int(d) for d in shape)
                 dtypes[operand.name] = np.dtype(dtype)
 
+        plan = ExecutionPlan(shapes, dtypes, self._lifetimes(shapes, dtypes), self.runtime)
+        self._plans[key] = plan
+        return plan
+
+    def _lifetimes(self, shapes: dict, dtypes: dict) -> list:
+        """Each pooled operand's size and the steps it lives between (its producer, its last reader).
+
+        On numpy the graph inputs are the caller's arrays and the outputs are fresh arrays per forward, so
+        neither is pooled; on OpenCL both get device buffers, the outputs alive until the end."""
+        on_device = self.runtime is not None
         graph_outputs = {o.name for o in self.output_operands}
         step = {op.name: i for i, op in enumerate(self.order)}
         lifetimes = []
         for op in self.order:
-            if op.layer is None:
+            if op.layer is None and not (on_device and op.type == INPUT):
                 continue
             for operand in op.output_operands:
                 if operand.name in graph_outputs:
-                    continue
-                last = max((step[c.name] for c in operand.consumers), default=step[op.name])
+                    if not on_device:
+                        continue
+                    last = len(self.order)
+                else:
+                    last = max((step[c.name] for c in operand.consumers), default=step[op.name])
                 nbytes = int(np.prod(shapes[operand.name], dtype=np.int64)) * dtypes[operand.name].itemsize
                 lifetimes.append(Lifetime(operand.name, nbytes, step[op.name], last))
-        plan = ExecutionPlan(shapes, dtypes, [l.key for l in lifetimes], assign_buffers(lifetimes))
-        self._plans[key] = plan
-        return plan
+        return lifetimes
 
     def _check_recorded(self, plan: ExecutionPlan) -> None:
         """At the recorded input shapes, every inferred shape must equal the `#` shape in the file."""
@@ -269,31 +324,40 @@ class RuntimeGraph:
         try:
             plan = self._plan(signature)
         except ShapeError as e:
-            given = ", ".join(_fmt(s) for s, _ in signature)
-            recorded = ", ".join(_fmt(op.output_operand.shape) for op in self.input_operators)
-            raise InputError(f"input shape(s) {given} do not fit the graph (recorded: {recorded}): {e}") from None
+            described = "; ".join(
+                f"'{op.name}' expected {_fmt(op.output_operand.shape)}, given {_fmt(shape)}"
+                for op, (shape, _) in zip(self.input_operators, signature)
+            )
+            raise InputError(f"graph input shapes do not fit ({described}): {e}") from None
         return arrays, plan
 
     # ---- forward ------------------------------------------------------------------------------------
     def forward(self, *inputs, trace: bool = False, profile: bool = False) -> list:
-        """Run the graph on numpy arrays (one per pnnx.Input, in file order); return the outputs as arrays."""
+        """Run the graph on numpy arrays (one per pnnx.Input, in file order); return the outputs as arrays.
+
+        With profile=True, `last_profile` holds (operator, host seconds, device seconds or None) per layer."""
         if self.state != GraphState.COMPLETE:
             raise GraphError(f"{self.param_path}: forward() needs a built graph: call build() first "
                              f"(state is {self.state.name})")
         arrays, plan = self._signature(inputs)
         self.last_trace = []
-        self.last_profile = []
+        host_times = []
         for op in self.operators:
             op.meet_num = 0
+        enqueuer = None
+        if self.runtime is not None:
+            from kuiper.runtime.opencl import Enqueuer
+
+            enqueuer = Enqueuer(self.runtime, levels=self.schedule == "levels")
 
         queue = deque(op for op in self.order if not op.input_operands)
         feed = {op.name: x for op, x in zip(self.input_operators, arrays)}
         while queue:
             op = queue.popleft()
             started = time.perf_counter() if profile else 0.0
-            self._run(op, plan, feed)
+            self._run(op, plan, feed, enqueuer)
             if profile and op.layer is not None:
-                self.last_profile.append((op, time.perf_counter() - started))
+                host_times.append((op, time.perf_counter() - started))
             if trace:
                 self._trace(f"run   {op.name:<28} {op.type}")
             for operand in op.output_operands:
@@ -303,11 +367,28 @@ class RuntimeGraph:
                         self._trace(f"        probe {succ.name:<22} meet_num {succ.meet_num}/{len(succ.input_operands)}")
                     if succ.meet_num == len(succ.input_operands):
                         queue.append(succ)
-        return [operand.tensor.data for operand in self.output_operands]
 
-    def _run(self, op: RuntimeOperator, plan: ExecutionPlan, feed: dict) -> None:
+        if enqueuer is None:
+            outputs = [operand.tensor.data for operand in self.output_operands]
+        else:
+            enqueuer.finish()
+            outputs = [operand.tensor.numpy() for operand in self.output_operands]  # the one download
+        if profile:
+            self.last_profile = [
+                (op, seconds, None if enqueuer is None else enqueuer.kernel_seconds(op.name))
+                for op, seconds in host_times
+            ]
+        return outputs
+
+    def _run(self, op: RuntimeOperator, plan: ExecutionPlan, feed: dict, enqueuer) -> None:
         if op.type == INPUT:
-            op.output_operand.tensor = Tensor.from_numpy(feed[op.name])
+            if enqueuer is None:
+                op.output_operand.tensor = Tensor.from_numpy(feed[op.name])
+            else:  # the one upload of this input
+                tensor = plan.tensors[op.output_operand.name]
+                enqueuer.begin(op, ())
+                enqueuer.write(tensor.buffer, feed[op.name])
+                op.output_operand.tensor = tensor
             return
         if op.type == TUPLE:
             # a tuple is only a bundle of references to its parts; pnnx.Output unpacks it
@@ -318,10 +399,18 @@ class RuntimeGraph:
         outputs = []
         for operand in op.output_operands:
             tensor = plan.tensors.get(operand.name)
-            if tensor is None:  # a graph output: a fresh array the caller will own
+            if tensor is None:  # a graph output on numpy: a fresh array the caller will own
                 tensor = Tensor.empty(plan.shapes[operand.name], dtype=plan.dtypes[operand.name])
             outputs.append(tensor)
-        op.layer.forward_numpy([o.tensor.data for o in op.input_operands], [t.data for t in outputs])
+        inputs = [o.tensor for o in op.input_operands]
+        if enqueuer is None:
+            op.layer.forward_numpy([t.data for t in inputs], [t.data for t in outputs])
+        else:
+            enqueuer.begin(op, [o.producer for o in op.input_operands])
+            if op in self.host_fallbacks:
+                enqueuer.run_on_host(op.layer, inputs, outputs)
+            else:
+                op.layer.forward_opencl(enqueuer, inputs, outputs)
         for operand, tensor in zip(op.output_operands, outputs):
             operand.tensor = tensor  # handed over by reference: successors read this very object
 
@@ -351,6 +440,6 @@ def _fmt(shape) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
 
 
-def load(param_path, bin_path=None, backend: str = "numpy") -> RuntimeGraph:
-    """Read, link and build a model in one call."""
-    return RuntimeGraph(param_path, bin_path, backend=backend).build()
+def load(param_path, bin_path=None, backend: str = "numpy", **options) -> RuntimeGraph:
+    """Read, link and build a model in one call (options: device, schedule for the opencl backend)."""
+    return RuntimeGraph(param_path, bin_path, backend=backend, **options).build()

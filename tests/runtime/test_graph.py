@@ -125,3 +125,22 @@ def test_other_batch_and_spatial_sizes_get_their_own_plan(branchy):
         (out,) = g.forward(x)
         np.testing.assert_allclose(out, reference(x))
     assert len(g.plans) == 2
+
+
+def test_wrong_channel_count_is_an_input_error_naming_the_input_and_shapes():
+    from conftest import model_paths
+
+    g = kuiper.load(*model_paths("resnet18"))
+    with pytest.raises(InputError, match=r"'pnnx_input_0' expected \(1,3,224,224\), given \(1,4,224,224\).*convbn2d_0"):
+        g.forward(np.zeros((1, 4, 224, 224), np.float32))
+
+
+def test_inspect_style_plan_at_another_batch_reports_memory():
+    from conftest import model_paths
+
+    g = kuiper.load(*model_paths("resnet18"))
+    plan1, plan8 = g.plan_for((1, 3, 224, 224)), g.plan_for((8, 3, 224, 224))
+    assert plan8.shapes[g.output_operands[0].name] == (8, 1000)
+    # liveness planning shares buffers: far less than one buffer per tensor, and it scales with the batch
+    assert plan1.pooled_bytes < plan1.unpooled_bytes() / 2
+    assert plan8.pooled_bytes == 8 * plan1.pooled_bytes

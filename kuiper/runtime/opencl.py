@@ -1,0 +1,365 @@
+"""The OpenCL runtime: device choice, program cache, buffer pool, enqueueing with events, profiling.
+
+One OpenCLRuntime per device, shared by every graph that runs on it (contexts and compiled programs are
+expensive: PoCL takes ~0.2-2 s per program). Layers talk to it in two moments:
+
+  at build     rt.kernel("activation.cl", "relu", ["-DACT=1"])   compiled once, Kernel object kept
+               rt.upload(weights)                                a device copy of a weight, made once
+  at forward   q.run(kernel, global_size, local_size, *args)      enqueue without waiting on the host
+
+`q` is an Enqueuer: it knows which operator is running, hands each kernel the events it must wait for
+(levelized schedule) and keeps every kernel's event for profiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from kuiper.errors import BackendError, KernelBuildError
+from kuiper.runtime.planner import BufferAssignment
+from kuiper.tensor import Tensor, normalize_shape
+
+CL_DIR = Path(__file__).resolve().parent.parent.parent / "cl"
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+NO_PLATFORM_HINT = "no OpenCL platform found: install one, e.g. `pip install pocl-binary-distribution` (CPU)"
+
+
+def round_up(n: int, multiple: int) -> int:
+    """n rounded up to a multiple: global sizes stay divisible by any power-of-two local size the driver
+    picks, and kernels bounds-check the extra work-items."""
+    return max(multiple, -(-int(n) // multiple) * multiple)
+
+
+def _cl():
+    import pyopencl
+
+    return pyopencl
+
+
+# ---- devices ----------------------------------------------------------------------------------------
+def platforms() -> list:
+    """Every OpenCL platform, or BackendError with a one-line hint when there is none."""
+    cl = _cl()
+    try:
+        found = cl.get_platforms()
+    except (cl.LogicError, cl.RuntimeError) as e:
+        raise BackendError(f"{NO_PLATFORM_HINT} ({e})") from None
+    if not found:
+        raise BackendError(NO_PLATFORM_HINT)
+    return found
+
+
+def all_devices() -> list:
+    """[(platform index, device index, platform, device)] in the order pyopencl lists them."""
+    result = []
+    for p, platform in enumerate(platforms()):
+        for d, device in enumerate(platform.get_devices()):
+            result.append((p, d, platform, device))
+    return result
+
+
+def select_device(spec: str | None = None):
+    """The device named by `spec`, KUIPER_CL_DEVICE or PYOPENCL_CTX ("P:D", "P", or a substring of the
+    platform or device name), else the first GPU, else the first CPU, else the first device."""
+    devices = all_devices()
+    spec = spec or os.environ.get("KUIPER_CL_DEVICE") or os.environ.get("PYOPENCL_CTX")
+    if spec:
+        parts = spec.split(":")
+        if all(part.strip().isdigit() for part in parts) and len(parts) <= 2:
+            p, d = int(parts[0]), int(parts[1]) if len(parts) == 2 else 0
+            for pi, di, _, device in devices:
+                if (pi, di) == (p, d):
+                    return device
+            raise BackendError(f"no OpenCL device {spec!r}: {_listing(devices)}")
+        needle = spec.lower()
+        for _, _, platform, device in devices:
+            if needle in platform.name.lower() or needle in device.name.lower():
+                return device
+        raise BackendError(f"no OpenCL device matches {spec!r}: {_listing(devices)}")
+    cl = _cl()
+    for wanted in (cl.device_type.GPU, cl.device_type.CPU):
+        for _, _, _, device in devices:
+            if device.type & wanted:
+                return device
+    return devices[0][3]
+
+
+def _listing(devices) -> str:
+    return "available: " + ", ".join(f"{p}:{d} {dev.name.strip()}" for p, d, _, dev in devices)
+
+
+def describe(device) -> dict:
+    cl = _cl()
+    return {
+        "name": device.name.strip(),
+        "type": cl.device_type.to_string(device.type),
+        "version": device.version,
+        "driver": device.driver_version,
+        "compute units": device.max_compute_units,
+        "max work-group": device.max_work_group_size,
+        "local memory KiB": device.local_mem_size // 1024,
+        "global memory MiB": device.global_mem_size // 2**20,
+    }
+
+
+# ---- the runtime ------------------------------------------------------------------------------------
+class OpenCLRuntime:
+    """A context and queues on one device, with the program/kernel cache and the buffer pool."""
+
+    def __init__(self, device):
+        cl = _cl()
+        self.device = device
+        self.is_cpu = bool(device.type & cl.device_type.CPU)
+        self.context = cl.Context([device])
+        profiling = cl.command_queue_properties.PROFILING_ENABLE
+        self.queue = cl.CommandQueue(self.context, properties=profiling)
+        ooo = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+        self.out_of_order = bool(device.queue_properties & ooo)
+        self._ooo_queue = None
+        self._programs = {}
+        self._kernels = {}
+        self.programs_built = 0
+        self.pool = BufferPool(self)
+
+    @property
+    def ooo_queue(self):
+        """An out-of-order queue for the levelized schedule (the in-order queue where unsupported)."""
+        if self._ooo_queue is None:
+            cl = _cl()
+            if self.out_of_order:
+                props = cl.command_queue_properties
+                self._ooo_queue = cl.CommandQueue(
+                    self.context, properties=props.PROFILING_ENABLE | props.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+            else:
+                self._ooo_queue = self.queue
+        return self._ooo_queue
+
+    # ---- programs and kernels -------------------------------------------------------------------------
+    def program(self, file: str, options=()):
+        """The built program for cl/<file> with these options, from the cache when the source is unchanged."""
+        options = tuple(options)
+        source, digest = _source_and_hash(CL_DIR / file)
+        key = (file, " ".join(options), digest)
+        program = self._programs.get(key)
+        if program is None:
+            cl = _cl()
+            full_options = [*options, "-I", str(CL_DIR), "-cl-mad-enable"]
+            try:
+                program = cl.Program(self.context, source).build(options=full_options)
+            except cl.RuntimeError as e:
+                log = _build_log(e)
+                raise KernelBuildError(
+                    f"cl/{file} failed to build with options {' '.join(options) or '(none)'}:\n{log}",
+                    file=file, options=" ".join(options), log=log,
+                ) from None
+            self._programs[key] = program
+            self.programs_built += 1
+        return program
+
+    def kernel(self, file: str, name: str, options=()):
+        """A Kernel object, made once per (file, options, name): pyopencl's `program.name` makes a new one
+        on every access, which is slow and drops the arguments set on the old one."""
+        program = self.program(file, options)
+        key = (id(program), name)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._kernels[key] = getattr(program, name)
+        return kernel
+
+    # ---- memory --------------------------------------------------------------------------------------
+    def upload(self, array: np.ndarray):
+        """A read-only device copy of a host array (weights: done once at build)."""
+        cl = _cl()
+        array = np.require(array, requirements="CA")  # contiguous and aligned, as the driver expects
+        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        return cl.Buffer(self.context, flags, size=max(array.nbytes, 4), hostbuf=array if array.nbytes else None)
+
+    def allocate(self, nbytes: int):
+        cl = _cl()
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 4))
+
+    def max_local_size(self) -> int:
+        return self.device.max_work_group_size
+
+
+def _source_and_hash(path: Path) -> tuple:
+    """The source of a kernel file and a hash over it and every header it includes (so an edit rebuilds)."""
+    if not path.exists():
+        raise KernelBuildError(f"kernel file not found: {path}", file=str(path), options="", log="")
+    source = path.read_text()
+    digest = hashlib.sha256(source.encode())
+    for header in sorted(set(_INCLUDE.findall(source))):
+        header_path = CL_DIR / header
+        if header_path.exists():
+            digest.update(header_path.read_bytes())
+    return source, digest.hexdigest()
+
+
+def _build_log(error) -> str:
+    """The compiler's messages from a failed build (pyopencl puts them in the error text)."""
+    return str(error).strip()
+
+
+_RUNTIMES: dict = {}
+
+
+def get_runtime(spec: str | None = None) -> OpenCLRuntime:
+    """The shared runtime for the selected device (created on first use)."""
+    device = select_device(spec)
+    key = (device.platform.name, device.name, device.int_ptr)
+    runtime = _RUNTIMES.get(key)
+    if runtime is None:
+        runtime = _RUNTIMES[key] = OpenCLRuntime(device)
+    return runtime
+
+
+# ---- device tensors -----------------------------------------------------------------------------------
+class DeviceTensor(Tensor):
+    """A tensor whose elements live in a device buffer (offset 0). `numpy()` downloads them."""
+
+    __slots__ = ("buffer", "_shape", "_dtype", "runtime")
+
+    def __init__(self, runtime: OpenCLRuntime, buffer, shape: tuple, dtype=np.float32):
+        self.runtime = runtime
+        self.buffer = buffer
+        self._shape = tuple(shape)
+        self._dtype = np.dtype(dtype)
+
+    @property
+    def data(self):
+        raise AttributeError("a DeviceTensor has no host array: call numpy() to download it")
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self._shape, dtype=self._dtype)
+        if out.size:
+            _cl().enqueue_copy(self.runtime.queue, out, self.buffer, is_blocking=True)
+        return out
+
+    def reshape(self, *shape) -> "DeviceTensor":
+        """The same buffer under a new shape (no copy, no kernel)."""
+        target = list(normalize_shape(shape))
+        if -1 in target:
+            known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+            target[target.index(-1)] = self.size // known if known else 0
+        if int(np.prod(target, dtype=np.int64)) != self.size:
+            raise ValueError(f"cannot reshape {self._shape} to {tuple(normalize_shape(shape))}")
+        return DeviceTensor(self.runtime, self.buffer, tuple(target), self._dtype)
+
+    def __repr__(self):
+        return f"DeviceTensor(shape={self._shape}, dtype={self._dtype})"
+
+
+# ---- the buffer pool ----------------------------------------------------------------------------------
+class BufferPool:
+    """Device buffers recycled by size: `take` gives the smallest free buffer that is large enough (best
+    fit), `give` returns it. Graph plans take their slots here and give them back when dropped."""
+
+    def __init__(self, runtime: OpenCLRuntime):
+        self.runtime = runtime
+        self._free = []  # sorted list of (size, serial, buffer)
+        self._serial = 0
+        self.allocated_bytes = 0
+        self.allocations = 0
+
+    def take(self, nbytes: int):
+        nbytes = max(int(nbytes), 4)
+        for i, (size, _, buffer) in enumerate(self._free):
+            if size >= nbytes:
+                del self._free[i]
+                return buffer
+        self.allocations += 1
+        self.allocated_bytes += nbytes
+        return self.runtime.allocate(nbytes)
+
+    def give(self, buffer) -> None:
+        self._serial += 1
+        self._free.append((buffer.size, self._serial, buffer))
+        self._free.sort(key=lambda entry: entry[:2])
+
+    def slots(self, assignment: BufferAssignment) -> list:
+        """One buffer per slot of a liveness assignment."""
+        return [self.take(size) for size in assignment.slot_sizes]
+
+
+# ---- enqueueing during a forward ----------------------------------------------------------------------
+class Enqueuer:
+    """What a layer's forward_opencl enqueues through. In the in-order schedule every kernel goes on the
+    one queue in order; in the levelized schedule each kernel waits for the events of its operator's
+    producers on an out-of-order queue."""
+
+    def __init__(self, runtime: OpenCLRuntime, levels: bool = False):
+        self.runtime = runtime
+        self.queue = runtime.ooo_queue if levels else runtime.queue
+        self.levels = levels and runtime.out_of_order
+        self.events = {}      # operator name -> [events]
+        self._current = None
+        self._wait = None
+
+    def begin(self, op, producers) -> None:
+        self._current = self.events.setdefault(op.name, [])
+        if self.levels:
+            self._wait = [e for p in producers for e in self.events.get(p.name, ())] or None
+
+    def run(self, kernel, global_size, local_size, *args):
+        """Enqueue one kernel over `global_size` work-items (local size None lets the driver choose)."""
+        kernel.set_args(*args)
+        event = _cl().enqueue_nd_range_kernel(
+            self.queue, kernel, tuple(int(g) for g in global_size),
+            None if local_size is None else tuple(int(l) for l in local_size), wait_for=self._wait,
+        )
+        self._current.append(event)
+        return event
+
+    def write(self, buffer, array: np.ndarray):
+        """Upload a host array without waiting (the final blocking read orders everything after it)."""
+        event = _cl().enqueue_copy(self.queue, buffer, array, is_blocking=False, wait_for=self._wait)
+        self._current.append(event)
+        return event
+
+    def run_on_host(self, layer, inputs: list, outputs: list) -> None:
+        """An operator with no OpenCL forward: download its inputs, run numpy, upload its outputs."""
+        self.finish()
+        host_out = [np.empty(t.shape, dtype=t.dtype) for t in outputs]
+        layer.forward_numpy([t.numpy() for t in inputs], host_out)
+        for tensor, array in zip(outputs, host_out):
+            if array.size:
+                _cl().enqueue_copy(self.queue, tensor.buffer, array, is_blocking=True)
+
+    def finish(self) -> None:
+        self.queue.finish()
+
+    def copy(self, dest, src, nbytes: int, dest_offset: int = 0, src_offset: int = 0):
+        """A device-to-device copy, ordered like a kernel."""
+        event = _cl().enqueue_copy(self.queue, dest, src, byte_count=int(nbytes), dst_offset=int(dest_offset),
+                                   src_offset=int(src_offset), wait_for=self._wait)
+        self._current.append(event)
+        return event
+
+    def kernel_seconds(self, op_name: str) -> float:
+        """Device time of an operator's kernels (call after the queue has finished)."""
+        return sum((e.profile.end - e.profile.start) * 1e-9 for e in self.events.get(op_name, ()))
