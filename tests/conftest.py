@@ -36,3 +36,35 @@ def model_cases(name: str) -> list:
 @pytest.fixture(scope="session")
 def manifest() -> dict:
     return load_manifest()
+
+
+# ---- OpenCL: every test that takes `cl_runtime` runs once per available OpenCL device ----------------
+def _opencl_devices() -> list:
+    try:
+        from kuiper.runtime import opencl
+
+        return [f"{p}:{d}" for p, d, _, _ in opencl.all_devices()]
+    except Exception:  # no platform at all: the OpenCL tests are skipped, the numpy ones still run
+        return []
+
+
+OPENCL_DEVICES = _opencl_devices()
+
+
+@pytest.fixture(scope="session", params=OPENCL_DEVICES or [pytest.param(None, marks=pytest.mark.skip("no OpenCL device"))])
+def cl_runtime(request):
+    from kuiper.runtime.opencl import get_runtime
+
+    return get_runtime(request.param)
+
+
+def assert_opencl_matches_numpy(layer, rt, *inputs, rtol=1e-4):
+    """The ncnn-style check: the layer's OpenCL forward equals its numpy forward on the same inputs."""
+    assert layer.supports_opencl, f"{type(layer).__name__} has no OpenCL forward"
+    expected = layer.run_numpy(*inputs)
+    got = layer.run_opencl(rt, *inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        scale = max(1.0, float(np.abs(e).max())) if e.size else 1.0
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale)

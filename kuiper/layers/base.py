@@ -172,3 +172,24 @@ class Layer:
         outputs = [np.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]
         self.forward_numpy(inputs, outputs)
         return outputs
+
+    def run_opencl(self, rt, *inputs: np.ndarray) -> list:
+        """Run this layer alone on an OpenCL device: upload the inputs, run forward_opencl, download.
+
+        The OpenCL twin of run_numpy, for tests and lessons (the graph uploads weights once per build and
+        keeps activations on the device; here everything crosses the host boundary each call)."""
+        from kuiper.runtime.opencl import DeviceTensor, Enqueuer
+
+        inputs = [np.ascontiguousarray(x) for x in inputs]
+        shapes = self.output_shapes([tuple(x.shape) for x in inputs])
+        dtypes = self.output_dtypes([x.dtype for x in inputs])
+        self.build_opencl(rt)
+        device_in = [DeviceTensor(rt, rt.upload(x), x.shape, x.dtype) for x in inputs]
+        device_out = [DeviceTensor(rt, rt.allocate(np.prod(s, dtype=np.int64) * np.dtype(d).itemsize), s, d)
+                      for s, d in zip(shapes, dtypes)]
+        q = Enqueuer(rt)
+        q.begin(self.op, ())
+        self.forward_opencl(q, device_in, device_out)
+        q.finish()
+        return [t.numpy() for t in device_out]
+
