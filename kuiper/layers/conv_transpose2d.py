@@ -40,6 +40,11 @@ class ConvTranspose2d(ConvLayer):
         # per group, W^T: rows over (cout_g, kh, kw), so the GEMM's result reads as (Cout, kh, kw, H, W)
         self.w_gemm = np.ascontiguousarray(weight.reshape(g, cin_g, cout_g * kh * kw).transpose(0, 2, 1))
 
+    def macs(self, input_shapes, output_shapes):
+        # every input pixel meets every tap of its group's weights once
+        (kh, kw), cout_g = self.kernel_size, self.out_channels // self.groups
+        return int(np.prod(input_shapes[0], dtype=np.int64)) * cout_g * kh * kw
+
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])
         self.check_input(shape)

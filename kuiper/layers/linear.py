@@ -25,6 +25,9 @@ class Linear(Layer):
             raise self.shape_error(f"expects input (..., {self.in_features}), got {shape}")
         return [shape[:-1] + (self.out_features,)]
 
+    def macs(self, input_shapes, output_shapes):
+        return int(np.prod(output_shapes[0], dtype=np.int64)) * self.in_features
+
     def forward_numpy(self, inputs, outputs):
         # every leading axis folds into the GEMM's rows: (..., in) -> (M, in), a view of the contiguous arrays
         out = outputs[0].reshape(-1, self.out_features)

@@ -140,15 +140,18 @@ class OpenCLRuntime:
         return self._ooo_queue
 
     # ---- programs and kernels -------------------------------------------------------------------------
-    def program(self, file: str, options=()):
-        """The built program for cl/<file> with these options, from the cache when the source is unchanged."""
+    def program(self, file, options=()):
+        """The built program for cl/<file> (or an absolute path) with these options, from the cache when
+        the source and the headers it includes are unchanged."""
         options = tuple(options)
-        source, digest = _source_and_hash(CL_DIR / file)
+        path = Path(file) if Path(file).is_absolute() else CL_DIR / file
+        source, digest = _source_and_hash(path)
+        file = str(file)
         key = (file, " ".join(options), digest)
         program = self._programs.get(key)
         if program is None:
             cl = _cl()
-            full_options = [*options, "-I", str(CL_DIR), "-cl-mad-enable"]
+            full_options = [*options, "-I", str(path.parent), "-I", str(CL_DIR)]
             try:
                 program = cl.Program(self.context, source).build(options=full_options)
             except cl.RuntimeError as e:
@@ -188,13 +191,14 @@ class OpenCLRuntime:
 
 
 def _source_and_hash(path: Path) -> tuple:
-    """The source of a kernel file and a hash over it and every header it includes (so an edit rebuilds)."""
+    """The source of a kernel file and a hash over it and every header it includes (so an edit rebuilds).
+    Headers are looked up beside the file, then in cl/."""
     if not path.exists():
         raise KernelBuildError(f"kernel file not found: {path}", file=str(path), options="", log="")
     source = path.read_text()
     digest = hashlib.sha256(source.encode())
     for header in sorted(set(_INCLUDE.findall(source))):
-        header_path = CL_DIR / header
+        header_path = path.parent / header if (path.parent / header).exists() else CL_DIR / header
         if header_path.exists():
             digest.update(header_path.read_bytes())
     return source, digest.hexdigest()

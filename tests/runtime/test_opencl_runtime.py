@@ -1,0 +1,98 @@
+"""The OpenCL runtime: device choice, program cache, build errors, the buffer pool, no-platform handling."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kuiper
+from conftest import ROOT, model_cases, model_paths
+from kuiper import BackendError, KernelBuildError
+from kuiper.runtime import opencl
+
+pytestmark = pytest.mark.filterwarnings("ignore::kuiper.KuiperWarning")
+
+
+def test_device_choice_by_index_and_by_name(cl_runtime):
+    devices = opencl.all_devices()
+    p, d, platform, device = devices[0]
+    assert opencl.select_device(f"{p}:{d}").int_ptr == device.int_ptr
+    word = device.name.split()[0]
+    assert word.lower() in opencl.select_device(word).name.lower()
+    with pytest.raises(BackendError, match="available: 0:0"):
+        opencl.select_device("no-such-device-anywhere")
+    with pytest.raises(BackendError, match="no OpenCL device '9:9'"):
+        opencl.select_device("9:9")
+
+
+def test_environment_variable_picks_the_device(cl_runtime, monkeypatch):
+    p, d, _, device = opencl.all_devices()[-1]
+    monkeypatch.setenv("KUIPER_CL_DEVICE", f"{p}:{d}")
+    assert opencl.select_device().int_ptr == device.int_ptr
+
+
+def test_program_cache_builds_once_and_rebuilds_after_an_edit(cl_runtime, tmp_path):
+    source = tmp_path / "scale.cl"
+    source.write_text("__kernel void scale(__global float* y, const float a) { y[get_global_id(0)] *= a; }\n")
+    built = cl_runtime.programs_built
+    k1 = cl_runtime.kernel(source, "scale", ["-DUNUSED=1"])
+    k2 = cl_runtime.kernel(source, "scale", ["-DUNUSED=1"])
+    assert k1 is k2 and cl_runtime.programs_built == built + 1
+    cl_runtime.kernel(source, "scale", ["-DUNUSED=2"])  # other options: another program
+    assert cl_runtime.programs_built == built + 2
+    source.write_text(source.read_text() + "// edited\n")
+    cl_runtime.kernel(source, "scale", ["-DUNUSED=1"])
+    assert cl_runtime.programs_built == built + 3
+
+
+def test_a_broken_kernel_raises_kernel_build_error_with_the_log(cl_runtime, tmp_path):
+    source = tmp_path / "broken.cl"
+    source.write_text("__kernel void broken(__global float* y) { y[0] = undefined_name; }\n")
+    with pytest.raises(KernelBuildError) as info:
+        cl_runtime.kernel(source, "broken", ["-DX=1"])
+    assert "broken.cl" in str(info.value) and info.value.options == "-DX=1"
+    assert "undefined_name" in info.value.log
+
+
+def test_a_second_build_compiles_nothing_and_forwards_allocate_nothing(cl_runtime):
+    param, bin_ = model_paths("unet_tiny")
+    (_, inputs, refs), = [c for c in model_cases("unet_tiny") if c[0] == "b2"]
+    device = opencl.all_devices()[0]
+    first = kuiper.load(param, bin_, backend="opencl", device=f"{device[0]}:{device[1]}")
+    first.forward(*inputs)
+    built = first.runtime.programs_built
+    second = kuiper.load(param, bin_, backend="opencl", device=f"{device[0]}:{device[1]}")
+    assert second.runtime is first.runtime and second.runtime.programs_built == built
+    second.forward(*inputs)
+    allocations, allocated = second.runtime.pool.allocations, second.runtime.pool.allocated_bytes
+    for _ in range(200):
+        outs = second.forward(*inputs)
+    assert second.runtime.pool.allocations == allocations
+    assert second.runtime.pool.allocated_bytes == allocated
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+def test_pool_hands_back_the_smallest_buffer_that_fits(cl_runtime):
+    pool = opencl.BufferPool(cl_runtime)
+    small, big = pool.take(100), pool.take(1000)
+    pool.give(big)
+    pool.give(small)
+    assert pool.take(50) is small
+    assert pool.take(500) is big
+    assert pool.allocations == 2
+
+
+def test_no_platform_is_a_backend_error_with_a_hint():
+    # the ICD loader finds no vendor at all: what a machine without any OpenCL driver sees
+    env = dict(os.environ, OCL_ICD_VENDORS=str(ROOT / "no-such-vendors-dir"))
+    code = "import kuiper; kuiper.load('models/act_zoo/act_zoo.pnnx.param', backend='opencl')"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "kuiper.errors.BackendError: no OpenCL platform found" in result.stderr
+    assert "pocl-binary-distribution" in result.stderr
+    cli = subprocess.run([sys.executable, "-m", "kuiper", "devices"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert cli.returncode == 1
+    assert cli.stderr.startswith("kuiper: error: no OpenCL platform found") and "Traceback" not in cli.stderr
