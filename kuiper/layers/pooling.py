@@ -5,6 +5,8 @@ Along one axis, window `o` starts at input position `o * stride - padding`, and 
 tap (i, j) of every window is one strided view of the input, so pooling is kernel_h * kernel_w whole-array
 operations. Padding is never built: a tap only updates the outputs whose tap falls inside the input, which
 is how PyTorch ignores padded positions (max pooling) or counts them only in the divisor (average pooling).
+
+On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
+from kuiper.runtime.opencl import round_up
 
 
 def pooled_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
@@ -66,6 +69,8 @@ class Pool2d(Layer):
     start_value: float
     #: the ufunc that folds one tap into the outputs
     combine: np.ufunc
+    #: the kernel in cl/pooling.cl
+    cl_name: str
 
     def __init__(self, op):
         super().__init__(op)
@@ -103,6 +108,20 @@ class Pool2d(Layer):
                 window_tap = out[..., out_h, out_w]
                 self.combine(window_tap, x[..., in_h, in_w], out=window_tap)
 
+    # ---- OpenCL --------------------------------------------------------------------------------------
+    def build_opencl(self, rt):
+        self.cl_kernel = rt.kernel("pooling.cl", self.cl_name)
+
+    def cl_args(self) -> tuple:
+        """The kernel's arguments after the window geometry, which only one kind of pooling reads."""
+        raise NotImplementedError
+
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        geometry = (*x.shape[-2:], *y.shape[-2:], *self.kernel, *self.stride, *self.padding)
+        q.run(self.cl_kernel, (round_up(y.size, 256),), None, y.buffer, x.buffer, np.int32(y.size),
+              *map(np.int32, geometry), *self.cl_args())
+
 
 @register("nn.MaxPool2d", "F.max_pool2d")
 class MaxPool2d(Pool2d):
@@ -110,11 +129,15 @@ class MaxPool2d(Pool2d):
     # an output none of whose taps reaches the input (possible with dilation) stays -inf, as in PyTorch
     start_value = -np.inf
     combine = np.maximum
+    cl_name = "max_pool2d"
 
     def __init__(self, op):
         super().__init__(op)
         if self.bool_param("return_indices", False):
             raise self.error("return_indices=True is not supported")
+
+    def cl_args(self):
+        return tuple(map(np.int32, self.dilation))
 
 
 @register("nn.AvgPool2d", "F.avg_pool2d")
@@ -122,6 +145,7 @@ class AvgPool2d(Pool2d):
     has_dilation = False
     start_value = 0.0
     combine = np.add
+    cl_name = "avg_pool2d"
 
     def __init__(self, op):
         super().__init__(op)
@@ -142,3 +166,7 @@ class AvgPool2d(Pool2d):
                 for a, size in enumerate(x.shape[-2:])
             )
             out /= np.outer(rows, cols)
+
+    def cl_args(self):
+        # the kernel reads a divisor_override of 0 (never a valid one) as "none"
+        return np.int32(self.count_include_pad), np.int32(self.divisor_override or 0)

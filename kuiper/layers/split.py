@@ -9,6 +9,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
+from kuiper.layers.strided import StridedCopy
 
 
 def equal_pieces(length: int, size: int) -> list:
@@ -40,6 +41,12 @@ class SplitLayer(Layer):
         cuts = np.cumsum([out.shape[self.dim] for out in outputs[:-1]])
         for out, piece in zip(outputs, np.split(inputs[0], cuts, axis=self.dim)):
             np.copyto(out, piece)
+
+    def build_opencl(self, rt):
+        self.copier = StridedCopy(rt)
+
+    def forward_opencl(self, q, inputs, outputs):
+        self.copier.blocks(q, inputs[0], outputs, self.dim % inputs[0].ndim, into_whole=False)
 
 
 @register("torch.split")

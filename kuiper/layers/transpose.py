@@ -5,6 +5,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
+from kuiper.layers.strided import StridedCopy
 
 
 @register("torch.transpose")
@@ -24,3 +25,13 @@ class Transpose(Layer):
     def forward_numpy(self, inputs, outputs):
         # numpy reads negative axes the way PyTorch does, so the dims go in unchanged
         np.copyto(outputs[0], np.swapaxes(inputs[0], self.dim0, self.dim1))
+
+    def build_opencl(self, rt):
+        self.copier = StridedCopy(rt)
+
+    def forward_opencl(self, q, inputs, outputs):
+        # a permute whose order swaps the two axes; merged, it walks at most 5 dims whatever the rank
+        axes = list(range(inputs[0].ndim))
+        a, b = self.dim0 % len(axes), self.dim1 % len(axes)
+        axes[a], axes[b] = axes[b], axes[a]
+        self.copier.permute(q, outputs[0], inputs[0], axes)

@@ -8,6 +8,9 @@ PyTorch's CPU kernels compute them (in float32), and forward is a gather plus a 
 Output size: `size` when given, otherwise floor(input size * scale_factor). Where output position o samples
 the input depends on the scale too: PyTorch uses 1 / scale_factor when the scale was given (and not
 recomputed), and input size / output size otherwise; with align_corners, (input - 1) / (output - 1).
+
+On OpenCL (cl/resize.cl) each work-item computes one output's taps itself, with the same float32 arithmetic,
+from the scales the host computes here: no plan is uploaded, and one program serves every shape.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
+from kuiper.runtime.opencl import round_up
 
 MODES = ("nearest", "nearest-exact", "bilinear", "bicubic")
 
@@ -164,3 +168,18 @@ class Upsample(Layer):
             for in_size, out_size, scale in zip(x.shape[2:], out.shape[2:], self.kernel_scales)
         )
         resample_axis(resample_axis(x, rows, row_weights, axis=2), cols, col_weights, axis=3, out=out)
+
+    # ---- OpenCL --------------------------------------------------------------------------------------
+    def build_opencl(self, rt):
+        nearest = self.mode.startswith("nearest")
+        self.cl_kernel = rt.kernel("resize.cl", "resize_nearest" if nearest else f"resize_{self.mode}")
+        # the kernels' last argument: nearest's `exact` (nearest-exact), the interpolating ones' align_corners
+        self.cl_flag = np.int32(self.mode == "nearest-exact" if nearest else self.align_corners)
+
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        sizes = x.shape[2:] + y.shape[2:]
+        scales = (source_scale(in_size, out_size, self.align_corners, scale)
+                  for in_size, out_size, scale in zip(x.shape[2:], y.shape[2:], self.kernel_scales))
+        q.run(self.cl_kernel, (round_up(y.size, 256),), None, y.buffer, x.buffer, np.int32(y.size),
+              *map(np.int32, sizes), *scales, self.cl_flag)

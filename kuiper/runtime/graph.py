@@ -255,9 +255,31 @@ class RuntimeGraph:
                 shapes[operand.name] = tuple(int(d) for d in shape)
                 dtypes[operand.name] = np.dtype(dtype)
 
-        plan = ExecutionPlan(shapes, dtypes, self._lifetimes(shapes, dtypes), self.runtime)
+        lifetimes = self._lifetimes(shapes, dtypes)
+        plan = ExecutionPlan(shapes, dtypes, lifetimes, self.runtime)
+        plan.reuse_waits = self._reuse_waits(lifetimes, plan.assignment)
         self._plans[key] = plan
         return plan
+
+    def _reuse_waits(self, lifetimes: list, assignment) -> dict:
+        """{operator name: operators it must wait for because it writes a reused buffer}.
+
+        An in-order queue runs kernels one after another, so reusing a buffer is safe. On an out-of-order
+        queue (schedule="levels") a kernel waits only for the events it is given: one that writes into a
+        buffer must also wait for everyone still reading the buffer's previous tenant (or, with no
+        readers, for the previous tenant's writer)."""
+        previous = {}  # slot -> operand name last placed there
+        waits = {}
+        for life in sorted(lifetimes, key=lambda l: l.first):
+            slot = assignment.slot_of[life.key]
+            before = previous.get(slot)
+            previous[slot] = life.key
+            if before is None:
+                continue
+            tenant = self.operands[before]
+            writer = self.operands[life.key].producer
+            waits.setdefault(writer.name, []).extend(tenant.consumers or [tenant.producer])
+        return waits
 
     def _lifetimes(self, shapes: dict, dtypes: dict) -> list:
         """Each pooled operand's size and the steps it lives between (its producer, its last reader).
@@ -406,7 +428,7 @@ class RuntimeGraph:
         if enqueuer is None:
             op.layer.forward_numpy([t.data for t in inputs], [t.data for t in outputs])
         else:
-            enqueuer.begin(op, [o.producer for o in op.input_operands])
+            enqueuer.begin(op, [o.producer for o in op.input_operands] + plan.reuse_waits.get(op.name, []))
             if op in self.host_fallbacks:
                 enqueuer.run_on_host(op.layer, inputs, outputs)
             else:

@@ -179,8 +179,10 @@ class OpenCLRuntime:
         """A read-only device copy of a host array (weights: done once at build)."""
         cl = _cl()
         array = np.require(array, requirements="CA")  # contiguous and aligned, as the driver expects
+        if not array.nbytes:  # nothing to copy; OpenCL buffers cannot be empty
+            return self.allocate(4)
         flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        return cl.Buffer(self.context, flags, size=max(array.nbytes, 4), hostbuf=array if array.nbytes else None)
+        return cl.Buffer(self.context, flags, hostbuf=array)
 
     def allocate(self, nbytes: int):
         cl = _cl()

@@ -1,0 +1,42 @@
+// Data movement: copy between two strided views of the same shape (permute, transpose, cat, split).
+//
+// T is an unsigned integer as wide as the element (-DT=uint for float32, -DT=ulong for int64 ...): the
+// bits are moved, never converted, so one program serves every dtype of that size and NaNs pass unchanged.
+// The host merges dims that are contiguous on both sides, leaving `rank` of them (1 to 6); sizes and
+// strides are arguments, so one program serves every shape. Slot 0 holds the outermost dim, slots 7-rank
+// to 5 the inner ones in order; the slots between are unused. Work-item i handles element i of the shape
+// in row-major order: consecutive work-items write consecutive elements whenever the destination's
+// innermost stride is 1, which the callers arrange.
+
+// peel coordinate k off the remaining row-major index r and move both offsets along dim k
+#define STEP(k)                  \
+    {                            \
+        const int c = r % n##k;  \
+        r /= n##k;               \
+        d += c * ds##k;          \
+        s += c * ss##k;          \
+    }
+
+__kernel void strided_copy(__global T* restrict dst, const int dst_offset,
+                           __global const T* restrict src, const int src_offset, const int n, const int rank,
+                           const int n1, const int n2, const int n3, const int n4, const int n5,
+                           const int ds0, const int ds1, const int ds2, const int ds3, const int ds4,
+                           const int ds5, const int ss0, const int ss1, const int ss2, const int ss3,
+                           const int ss4, const int ss5) {
+    const int i = get_global_id(0);
+    if (i >= n) {
+        return;
+    }
+    int r = i, d = dst_offset, s = src_offset;
+    // only the dims the copy has: a division is the dearest step here, and `rank` is the same for every
+    // work-item, so these branches never diverge
+    if (rank > 1) STEP(5)
+    if (rank > 2) STEP(4)
+    if (rank > 3) STEP(3)
+    if (rank > 4) STEP(2)
+    if (rank > 5) STEP(1)
+    // i < n, so what is left of r is the outermost coordinate (its size is not needed)
+    d += r * ds0;
+    s += r * ss0;
+    dst[d] = src[s];
+}

@@ -1,0 +1,116 @@
+"""Copies between strided views on OpenCL: the one data-movement kernel (cl/copy.cl) behind permute,
+transpose, cat and split.
+
+A copy is described the way numpy describes a view: a shape walked in row-major order and, for each side,
+a start offset and a stride per dim, all in elements. Before anything is enqueued, size-1 dims are dropped
+and neighbouring dims that are contiguous on both sides are merged: a copy contiguous on both sides (cat
+along dim 0, any split of a batch of 1) becomes one device-to-device byte copy, and the kernel walks only
+the dims the layout really has.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from kuiper.runtime.opencl import round_up
+
+#: the most dims cl/copy.cl walks (after merging)
+MAX_RANK = 6
+# the kernel moves bits: an unsigned integer as wide as the element serves every dtype of that size
+_WORD = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+
+
+def contiguous_strides(shape) -> tuple:
+    """Row-major strides, in elements."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+@lru_cache(maxsize=256)
+def merge_dims(shape: tuple, dst_strides: tuple, src_strides: tuple) -> tuple:
+    """The same copy over the fewest dims: ((size, dst stride, src stride), ...), outermost first.
+
+    A dim merges into the one before it when stepping the outer dim once equals walking the whole inner
+    dim, on both sides. Cached: a graph meets the same few shapes on every forward."""
+    merged = []
+    for size, dst, src in zip(shape, dst_strides, src_strides):
+        if size == 1:
+            continue
+        if merged and merged[-1][1] == dst * size and merged[-1][2] == src * size:
+            merged[-1] = (merged[-1][0] * size, dst, src)
+        else:
+            merged.append((size, dst, src))
+    return tuple(merged) or ((1, 1, 1),)  # a single element
+
+
+class View(NamedTuple):
+    """Elements of a DeviceTensor picked by a start offset and a stride per dim, in elements."""
+
+    tensor: object
+    strides: tuple
+    offset: int = 0
+
+
+class StridedCopy:
+    """cl/copy.cl on one runtime. The program for 4-byte elements (float32, what graphs carry) is built
+    with the layer; other element sizes are built when first met."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self._kernels = {}
+        self.kernel(4)
+
+    def kernel(self, itemsize: int):
+        kernel = self._kernels.get(itemsize)
+        if kernel is None:
+            kernel = self.rt.kernel("copy.cl", "strided_copy", [f"-DT={_WORD[itemsize]}"])
+            self._kernels[itemsize] = kernel
+        return kernel
+
+    def __call__(self, q, shape, dst: View, src: View) -> None:
+        """For every coordinate c of `shape`: dst element (offset + c·strides) = src element (offset + c·strides).
+
+        The kernel indexes with int: tensors up to 2^31 elements (np.int32 raises beyond)."""
+        count = math.prod(shape)
+        if count == 0:  # an empty piece: OpenCL refuses copies of 0 bytes, and there is nothing to do
+            return
+        dims = merge_dims(tuple(shape), tuple(dst.strides), tuple(src.strides))
+        itemsize = dst.tensor.dtype.itemsize
+        if len(dims) == 1 and dims[0][1:] == (1, 1):
+            q.copy(dst.tensor.buffer, src.tensor.buffer, count * itemsize,
+                   dst.offset * itemsize, src.offset * itemsize)
+            return
+        assert len(dims) <= MAX_RANK, f"{shape} merges to {len(dims)} dims, cl/copy.cl walks {MAX_RANK}"
+        # the slots cl/copy.cl expects: the outermost dim first, the inner ones last, unused ones between
+        slots = dims[:1] + ((1, 0, 0),) * (MAX_RANK - len(dims)) + dims[1:]
+        sizes, dst_strides, src_strides = zip(*slots)
+        q.run(self.kernel(itemsize), (round_up(count, 256),), None,
+              dst.tensor.buffer, np.int32(dst.offset), src.tensor.buffer, np.int32(src.offset), np.int32(count),
+              np.int32(len(dims)), *(np.int32(v) for v in sizes[1:] + dst_strides + src_strides))
+
+    def permute(self, q, dst, src, axes) -> None:
+        """dst = src with its dims reordered, both contiguous: dim i of dst is dim axes[i] of src.
+
+        The walk follows dst, so consecutive work-items write consecutive elements and the reads stride."""
+        strides = contiguous_strides(src.shape)
+        self(q, dst.shape, View(dst, contiguous_strides(dst.shape)), View(src, tuple(strides[a] for a in axes)))
+
+    def blocks(self, q, whole, pieces, axis: int, into_whole: bool) -> None:
+        """Cat (into_whole: the pieces are copied into whole) or split (out of whole) along `axis`.
+
+        Seen as rows, one per index of the dims before axis, every piece is a block of each row of the
+        whole, the pieces side by side in order: a 2-D copy per piece, contiguous along the row."""
+        count, length = math.prod(whole.shape[:axis]), math.prod(whole.shape[axis:])
+        start = 0
+        for piece in pieces:
+            block = math.prod(piece.shape[axis:])
+            wide, narrow = View(whole, (length, 1), start), View(piece, (block, 1))
+            self(q, (count, block), *((wide, narrow) if into_whole else (narrow, wide)))
+            start += block

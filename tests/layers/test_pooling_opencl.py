@@ -1,0 +1,50 @@
+"""MaxPool2d / AvgPool2d: the kernels of cl/pooling.cl against the numpy forward, on every device, over the
+numpy tests' cases (odd sizes, stride 2 on odd inputs, padding, dilation, ceil_mode windows, divisors)."""
+
+import numpy as np
+import pytest
+
+from conftest import assert_opencl_matches_numpy
+from test_pooling import AVG_CASES, MAX_CASES, avg_pool, max_pool
+
+RNG = np.random.default_rng(3)
+
+# several work-groups' worth of outputs, a row count that is no multiple of anything
+LARGE_MAX = ((3, 8, 33, 31), (3, 3), (2, 2), (1, 1), (1, 1), True)
+LARGE_AVG = ((3, 8, 33, 31), (3, 3), (2, 2), (1, 1), True)
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding, dilation, ceil_mode", MAX_CASES + [LARGE_MAX])
+def test_max_pool_opencl_matches_numpy(cl_runtime, shape, kernel, stride, padding, dilation, ceil_mode):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    layer = max_pool(shape, kernel, stride, padding, dilation, ceil_mode)
+    assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0)  # a maximum is one of the inputs: exact
+
+
+@pytest.mark.parametrize("divisor_override", [None, 5])
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("shape, kernel, stride, padding, ceil_mode", AVG_CASES + [LARGE_AVG])
+def test_avg_pool_opencl_matches_numpy(cl_runtime, shape, kernel, stride, padding, ceil_mode, count_include_pad,
+                                       divisor_override):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    layer = avg_pool(shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    assert_opencl_matches_numpy(layer, cl_runtime, x)
+
+
+def test_ceil_mode_worked_example_opencl(cl_runtime):
+    # the window past the padding and the dropped window that would start in it (see test_pooling)
+    x = np.arange(18, dtype=np.float32).reshape(1, 1, 3, 6)
+    args = dict(kernel=(2, 3), stride=(2, 2), padding=(1, 1), ceil_mode=True)
+    assert_opencl_matches_numpy(max_pool(x.shape, **args), cl_runtime, x, rtol=0)
+    for count_include_pad in (True, False):
+        assert_opencl_matches_numpy(avg_pool(x.shape, **args, count_include_pad=count_include_pad), cl_runtime, x)
+
+
+def test_max_pool_nan_and_dilation_gaps_opencl(cl_runtime):
+    # a NaN wins its windows as in PyTorch; with dilation 3 over padding 1, a window can miss the input (-inf)
+    x = RNG.standard_normal((1, 2, 7, 8)).astype(np.float32)
+    x[0, 0, 3, 4] = np.nan
+    x[0, 1, 0, 0] = -np.inf
+    for dilation in ((1, 1), (3, 3)):
+        layer = max_pool(x.shape, (3, 3), (1, 2), (1, 1), dilation, ceil_mode=True)
+        assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0)
