@@ -1,0 +1,56 @@
+// Softmax along one dim of an input viewed as (outer, length, inner): element (o, j, k) sits at
+// (o * length + j) * inner + k. Both kernels compute numpy's formula, in its order: m = max over the
+// line, e_j = exp(x_j - m) written to y, then y_j = e_j / sum(e).
+
+#include "group_reduce.h"
+
+// One work-item per line (o, k), walking it three times. Consecutive work-items take consecutive k, so
+// their loads are unit-stride whenever inner > 1; with inner == 1 each walks its own row, which suits a
+// CPU core. n = outer * inner.
+__kernel void softmax_lines(__global float* restrict y, __global const float* restrict x, const int n,
+                            const int length, const int inner) {
+    const int i = get_global_id(0);
+    if (i >= n) {
+        return;
+    }
+    const int o = i / inner;
+    const int start = o * length * inner + (i - o * inner);
+    float m = -INFINITY;
+    for (int j = 0; j < length; ++j) {
+        m = fmax(m, x[start + j * inner]);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < length; ++j) {
+        const float e = exp(x[start + j * inner] - m);
+        y[start + j * inner] = e;
+        sum += e;
+    }
+    for (int j = 0; j < length; ++j) {
+        y[start + j * inner] /= sum;
+    }
+}
+
+// One work-group per contiguous row (inner == 1), for GPUs: the group strides through the row together,
+// so its loads are unit-stride, and combines its partial max and sum in local memory. The global size is
+// rows * local size exactly: every group has a row.
+__kernel void softmax_rows(__global float* restrict y, __global const float* restrict x, const int length,
+                           __local float* scratch) {
+    const int lid = get_local_id(0);
+    const int size = get_local_size(0);
+    const int start = get_group_id(0) * length;
+    float m = -INFINITY;
+    for (int j = lid; j < length; j += size) {
+        m = fmax(m, x[start + j]);
+    }
+    m = group_reduce(m, scratch, true);
+    float sum = 0.0f;
+    for (int j = lid; j < length; j += size) {
+        const float e = exp(x[start + j] - m);
+        y[start + j] = e;
+        sum += e;
+    }
+    sum = group_reduce(sum, scratch, false);
+    for (int j = lid; j < length; j += size) {
+        y[start + j] /= sum;  // each work-item rereads only what it wrote itself
+    }
+}

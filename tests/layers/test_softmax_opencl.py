@@ -1,0 +1,58 @@
+"""Softmax on OpenCL (cl/softmax.cl) against its numpy forward, on every device, over every dim of odd shapes.
+
+The work-group kernel for contiguous rows runs on GPUs only; the `cl_paths` fixture also makes the runtime
+report a GPU, so that every device checks both kernels (PoCL runs work-groups correctly, if not fast).
+"""
+
+import numpy as np
+import pytest
+
+from conftest import assert_opencl_matches_numpy
+from kuiper.runtime.operators import make_layer
+
+RNG = np.random.default_rng(9)
+
+
+def softmax(dim, shape):
+    return make_layer("nn.Softmax", params={"dim": dim}, input_shapes=[shape])
+
+
+def logits(*shape):
+    return (RNG.standard_normal(shape) * 20).astype(np.float32)  # wide: the max must be subtracted
+
+
+@pytest.fixture(params=[False, True], ids=["as-is", "as-gpu"])
+def cl_paths(request, cl_runtime, monkeypatch):
+    """The device as it is, then posing as a GPU: the layers then build and choose their GPU kernels."""
+    if request.param:
+        monkeypatch.setattr(cl_runtime, "is_cpu", False)
+    return cl_runtime
+
+
+@pytest.mark.parametrize("shape", [(1,), (13,), (3, 5, 7), (1, 13, 7), (2, 7, 5, 9)])
+def test_every_dim_matches_numpy(cl_paths, shape):
+    x = logits(*shape)
+    for dim in range(-len(shape), len(shape)):
+        assert_opencl_matches_numpy(softmax(dim, shape), cl_paths, x)
+
+
+@pytest.mark.parametrize("shape, dim", [
+    ((3, 1000), -1), ((2, 7, 300), 2), ((5, 33), 1), ((1, 32), -1),    # rows for a work-group on GPUs
+    ((3, 4097), -1),                                                     # longer than any work-group
+    ((300, 3), 0),                                                       # long, but strided: one per line
+])
+def test_long_lines_match_numpy(cl_paths, shape, dim):
+    assert_opencl_matches_numpy(softmax(dim, shape), cl_paths, logits(*shape))
+
+
+def test_infinities_and_nan_follow_numpy(cl_paths):
+    x = logits(4, 200)
+    x[0, :] = -np.inf       # exp(-inf - -inf): NaN, as in numpy and PyTorch
+    x[1, 5] = np.inf
+    x[2, 7] = np.nan
+    x[3, ::2] = -np.inf     # those get exactly 0
+    layer = softmax(-1, x.shape)
+    with np.errstate(invalid="ignore"):
+        (expected,) = layer.run_numpy(x)
+    (got,) = layer.run_opencl(cl_paths, x)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
