@@ -1,4 +1,4 @@
-"""The `kuiper` command line: run, inspect.
+"""The `kuiper` command line: run, inspect, devices, lessons.
 
 Errors print one line and exit non-zero; `--debug` shows the traceback instead.
 """
@@ -73,6 +73,15 @@ def _parser() -> argparse.ArgumentParser:
     inspect.set_defaults(func=cmd_inspect, debug=False)
     devices = sub.add_parser("devices", parents=[common], help="list OpenCL platforms and devices")
     devices.set_defaults(func=cmd_devices, debug=False)
+
+    lessons = sub.add_parser("lessons", parents=[common], help="list the course's lessons and whether each passes")
+    lessons.add_argument("--no-run", action="store_true", help="only list them, without running the checkpoints")
+    lessons.set_defaults(func=cmd_lessons, debug=False)
+
+    lesson = sub.add_parser("lesson", parents=[common], help="run one lesson's checkpoint (kuiper lesson 3)")
+    lesson.add_argument("number", type=int, help="the lesson number")
+    lesson.add_argument("--output", action="store_true", help="show pytest's output even when it passes")
+    lesson.set_defaults(func=cmd_lesson, debug=False)
     return parser
 
 
@@ -288,6 +297,23 @@ def _draw(graph, path: Path) -> None:
                        text=True, check=True)
     else:
         raise CliError(f"--graph: unknown file type {path.suffix!r} (use .mmd, .dot, .svg or .png)")
+
+
+# ---- lessons ----------------------------------------------------------------------------------------
+def cmd_lessons(args) -> None:
+    from kuiper import course
+
+    failing = course.print_lessons(run=not args.no_run)
+    if failing:
+        raise course.CourseError(f"{failing} lesson checkpoint(s) do not pass: `kuiper lesson N` shows why")
+
+
+def cmd_lesson(args) -> None:
+    from kuiper import course
+
+    outcome = course.print_lesson(args.number, show_output=args.output)
+    if not outcome.ok:
+        raise course.CourseError(f"lesson {args.number}'s checkpoint does not pass ({outcome.summary()})")
 
 
 def _require(path: Path, what: str) -> None:

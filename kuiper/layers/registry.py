@@ -33,3 +33,9 @@ def is_supported(pnnx_type: str) -> bool:
 
 def registered_types() -> list:
     return sorted(_LAYERS)
+
+
+def unregister(*pnnx_types: str) -> None:
+    """Forget the layers of these types (the registry is global: examples and tests tidy up with this)."""
+    for t in pnnx_types:
+        _LAYERS.pop(t, None)

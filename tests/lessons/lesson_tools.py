@@ -1,0 +1,115 @@
+"""Helpers the lesson checkpoints share: where things are, and checking the shell commands in the notes.
+
+Not a conftest.py: a second module named conftest would shadow tests/conftest.py for `from conftest import`.
+
+The notes' ```bash blocks are not doctests, so each checkpoint calls `check_shell_commands(N, capsys)`,
+which finds every command in lesson N's bash blocks and verifies it: `kuiper ...` commands are run through
+kuiper.cli.main and must exit 0; `python -m pytest FILES` must name files that exist; `kuiper lesson N`
+must name a lesson (tests/lessons/test_course_cli.py runs that command for real, here it would recurse);
+`pip install -e ".[extra]"` must name extras setup.cfg defines. A command of any other form fails the
+check, so a new kind of command cannot slip in unverified. course_notes/README.md goes through the same
+check in test_course_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+
+from kuiper import cli, course
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "models"
+RESNET = MODELS / "resnet18" / "resnet18.pnnx.param"
+
+_BASH_BLOCK = re.compile(r"^[ \t]*```bash\n(.*?)^[ \t]*```", re.S | re.M)
+
+
+def lesson(number: int) -> course.Lesson:
+    return course.get_lesson(number, ROOT)
+
+
+def notes_text(number: int) -> str:
+    return lesson(number).notes.read_text(encoding="utf-8")
+
+
+def commands_in(text: str) -> list:
+    """The commands in the ```bash blocks of a markdown text, without comments, in order."""
+    commands = []
+    for block in _BASH_BLOCK.findall(text):
+        for line in block.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def shell_commands(number: int) -> list:
+    """The commands in lesson `number`'s ```bash blocks."""
+    return commands_in(notes_text(number))
+
+
+def run_cli(argv: list, capsys) -> tuple:
+    """(exit status, stdout, stderr) of `kuiper ARGV`, run in this process."""
+    capsys.readouterr()
+    status = cli.main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def check_commands(commands: list, capsys, where: str) -> dict:
+    """Verify each command (see the module docstring); {command: stdout} for the kuiper commands run."""
+    outputs = {}
+    assert commands, f"{where} has no ```bash commands"
+    for command in commands:
+        words = shlex.split(command)
+        if words[:2] == ["kuiper", "lesson"]:
+            assert len(words) == 3 and int(words[2]) in {l.number for l in course.find_lessons(ROOT)}, command
+        elif words[:2] == ["kuiper", "lessons"]:
+            pass  # runs every checkpoint: test_course_cli.py covers it
+        elif words[0] == "kuiper":
+            status, out, err = run_cli(words[1:], capsys)
+            assert status == 0, f"`{command}` exited {status}: {err}"
+            outputs[command] = out
+        elif words[:3] == ["python", "-m", "pytest"]:
+            files = [w for w in words[3:] if not w.startswith("-")]
+            assert files, command
+            for name in files:
+                assert list(ROOT.glob(name)), f"`{command}`: {name} does not exist"
+        elif words[:3] == ["pip", "install", "-e"] and words[3].startswith(".["):
+            extras = words[3][2:-1].split(",")
+            setup = (ROOT / "setup.cfg").read_text()
+            for extra in extras:
+                assert re.search(rf"^{extra}\s*=", setup, re.M), f"`{command}`: no extra '{extra}' in setup.cfg"
+        else:
+            raise AssertionError(f"{where}: no check knows the shell command `{command}`")
+    return outputs
+
+
+def check_shell_commands(number: int, capsys) -> dict:
+    """Verify every shell command of lesson `number`; {command: stdout} for the kuiper commands."""
+    return check_commands(shell_commands(number), capsys, f"lesson {number}")
+
+
+def manifest() -> dict:
+    return json.loads((MODELS / "manifest.json").read_text())
+
+
+def model_case(name: str, case: str) -> tuple:
+    """(param path, [inputs], [PyTorch outputs]) of a case saved by tools/export_models.py."""
+    entry = manifest()["models"][name]
+    for c in entry["cases"]:
+        if c["name"] == case:
+            return (MODELS / entry["param"], [np.load(MODELS / p) for p in c["inputs"]],
+                    [np.load(MODELS / p) for p in c["outputs"]])
+    raise KeyError(f"{name} has no case {case}")
+
+
+def param_lines(path) -> list:
+    """The operator lines of a .param file, each split into its whitespace-separated tokens."""
+    lines = Path(path).read_text().splitlines()
+    return [line.split() for line in lines[2:] if line.strip()]

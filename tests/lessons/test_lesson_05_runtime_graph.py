@@ -1,0 +1,115 @@
+"""Checkpoint of lesson 5: init() links exactly the graph the .param text describes."""
+
+import numpy as np
+import pytest
+
+import kuiper
+from kuiper import GraphError, GraphState, inspection
+from lesson_tools import MODELS, RESNET, check_shell_commands, manifest, param_lines
+
+MODEL_PARAMS = [MODELS / entry["param"] for entry in manifest()["models"].values()]
+
+BLOCK = """7767517
+6 5
+pnnx.Input       in0    0 1 x #x=(1,2,3,3)f32
+nn.ReLU          relu   1 1 x a #x=(1,2,3,3)f32 #a=(1,2,3,3)f32
+pnnx.Expression  scale  1 1 a b expr=mul(@0,2) #a=(1,2,3,3)f32 #b=(1,2,3,3)f32
+pnnx.Expression  add    2 1 b x c expr=add(@0,@1) #b=(1,2,3,3)f32 #x=(1,2,3,3)f32 #c=(1,2,3,3)f32
+nn.Sigmoid       sig    1 1 c d #c=(1,2,3,3)f32 #d=(1,2,3,3)f32
+pnnx.Output      out0   1 0 d
+"""
+
+
+def links_from_text(param):
+    """(inputs, outputs, successors) per operator name, computed from the tokens alone."""
+    lines = param_lines(param)
+    inputs = {t[1]: t[4:4 + int(t[2])] for t in lines}
+    outputs = {t[1]: t[4 + int(t[2]):4 + int(t[2]) + int(t[3])] for t in lines}
+    successors = {}
+    for t in lines:
+        found = []
+        for operand in outputs[t[1]]:
+            for other in lines:  # consumers in file order, one per slot
+                for used in inputs[other[1]]:
+                    if used == operand and other[1] not in found:
+                        found.append(other[1])
+        successors[t[1]] = found
+    return inputs, outputs, successors
+
+
+@pytest.mark.parametrize("param", MODEL_PARAMS, ids=lambda p: p.parent.name)
+def test_init_links_what_the_text_says(param):
+    graph = kuiper.RuntimeGraph(param).init()
+    inputs, outputs, successors = links_from_text(param)
+    assert [op.name for op in graph.operators] == list(inputs)
+    for op in graph.operators:
+        assert [o.name for o in op.input_operands] == inputs[op.name]
+        assert [o.name for o in op.output_operands] == outputs[op.name]
+        assert [s.name for s in op.successors] == successors[op.name]
+        for operand in op.output_operands:
+            assert operand.producer is op
+            assert operand is graph.operands[operand.name]
+        for slot, operand in enumerate(op.input_operands):
+            assert operand is graph.operands[inputs[op.name][slot]]
+            assert op in operand.consumers
+    # every consumer entry is one input slot somewhere
+    assert sum(len(o.consumers) for o in graph.operands.values()) == sum(len(v) for v in inputs.values())
+
+
+def test_states_move_forward_only_through_init_and_build(tmp_path):
+    path = tmp_path / "block.pnnx.param"
+    path.write_text(BLOCK)
+    graph = kuiper.RuntimeGraph(path)
+    assert graph.state == GraphState.NEED_INIT == -2
+    with pytest.raises(GraphError, match="call build"):
+        graph.forward(np.zeros((1, 2, 3, 3), np.float32))
+    graph.init()
+    assert graph.state == GraphState.NEED_BUILD == -1
+    assert all(op.layer is None for op in graph.operators)
+    graph.build()
+    assert graph.state == GraphState.COMPLETE == 0
+    assert [type(op.layer).__name__ for op in graph.operators] == \
+        ["NoneType", "ReLU", "Expression", "Expression", "Sigmoid", "NoneType"]
+    assert graph.input_operators == [graph.operators[0]]
+    assert graph.output_operands == [graph.operands["d"]]
+    # a fresh graph reaches COMPLETE through build() alone
+    assert kuiper.RuntimeGraph(path).build().state == GraphState.COMPLETE
+
+
+def test_mermaid_has_one_node_per_operator_and_one_edge_per_successor(tmp_path):
+    path = tmp_path / "block.pnnx.param"
+    path.write_text(BLOCK)
+    graph = kuiper.RuntimeGraph(path).init()
+    lines = inspection.mermaid(graph).splitlines()
+    assert lines[0] == "flowchart TD"
+    assert sum("-->" in line for line in lines) == sum(len(op.successors) for op in graph.operators) == 6
+    assert sum("[" in line and "-->" not in line for line in lines) == 6
+
+
+def test_tuple_outputs_are_flattened_and_skip_connections_found():
+    pool = kuiper.RuntimeGraph(MODELS / "pool_zoo" / "pool_zoo.pnnx.param").init()
+    tuple_line = next(t for t in param_lines(MODELS / "pool_zoo" / "pool_zoo.pnnx.param")
+                      if t[0] == "prim::TupleConstruct")
+    assert [o.name for o in pool.output_operands] == tuple_line[4:4 + int(tuple_line[2])]
+
+    resnet = kuiper.RuntimeGraph(RESNET).init()
+    shared = [o for o in resnet.operands.values() if len(o.consumers) > 1]
+    assert len(shared) == 8
+    # a skip connection ends in an add: one consumer of each shared operand is a pnnx.Expression or
+    # a 1x1 downsampling convolution
+    for operand in shared:
+        kinds = {c.type for c in operand.consumers}
+        assert kinds <= {"nn.Conv2d", "pnnx.Expression"}
+
+
+def test_attributes_stay_views_of_the_bin():
+    resnet = kuiper.RuntimeGraph(RESNET).init()
+    fc = next(op for op in resnet.operators if op.name == "fc")
+    weight = fc.attrs["weight"]
+    assert weight.shape == (1000, 512) and weight.dtype == "f32" and weight.nbytes == 1000 * 512 * 4
+    assert not weight.numpy().flags.owndata
+    assert fc.params["out_features"].value == 1000 and fc.params["out_features"].type == 2
+
+
+def test_the_commands_in_the_notes(capsys):
+    check_shell_commands(5, capsys)

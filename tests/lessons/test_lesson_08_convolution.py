@@ -1,0 +1,148 @@
+"""Checkpoint of lesson 8: Conv2d against direct loops, im2col + GEMM by hand, and PyTorch's conv_zoo output."""
+
+import numpy as np
+import pytest
+
+import kuiper
+from kuiper.runtime.operators import make_layer
+from lesson_tools import RESNET, check_shell_commands, model_case
+
+
+def conv_loops(x, w, b, stride, pad, dil, groups):
+    """The textbook definition, one multiply-accumulate at a time over channels and taps, in float64."""
+    n, cin, h, wd = x.shape
+    cout, cin_g, kh, kw = w.shape
+    cout_g = cout // groups
+    ho = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((n, cout, ho, wo))
+    for co in range(cout):
+        g = co // cout_g
+        for oh in range(ho):
+            for ow in range(wo):
+                total = np.full(n, 0.0 if b is None else float(b[co]))
+                for ci in range(cin_g):
+                    for i in range(kh):
+                        row = oh * stride[0] - pad[0] + i * dil[0]
+                        if not 0 <= row < h:
+                            continue  # zero padding adds nothing
+                        for j in range(kw):
+                            col = ow * stride[1] - pad[1] + j * dil[1]
+                            if 0 <= col < wd:
+                                total += float(w[co, ci, i, j]) * x[:, g * cin_g + ci, row, col]
+                out[:, co, oh, ow] = total
+    return out
+
+
+CASES = [
+    # cin, cout, (H, W), kernel, stride, padding, dilation, groups, bias
+    (3, 4, (7, 6), (3, 3), (1, 1), (1, 1), (1, 1), 1, True),
+    (3, 5, (9, 8), (3, 3), (2, 2), (1, 1), (1, 1), 1, True),
+    (4, 6, (9, 8), (3, 2), (2, 1), (1, 0), (2, 1), 2, True),
+    (4, 4, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1), 4, False),   # depthwise
+    (6, 3, (5, 7), (1, 1), (1, 1), (0, 0), (1, 1), 1, True),    # pointwise
+    (6, 4, (5, 7), (1, 1), (2, 2), (0, 0), (1, 1), 2, False),   # 1x1 with stride and groups
+    (2, 3, (8, 9), (5, 3), (3, 2), (2, 1), (1, 2), 1, True),
+]
+
+
+@pytest.mark.parametrize("cin,cout,hw,k,s,p,d,groups,bias", CASES)
+def test_conv2d_matches_direct_loops(cin, cout, hw, k, s, p, d, groups, bias):
+    rng = np.random.default_rng(cin * 10 + cout)
+    x = rng.standard_normal((2, cin) + hw).astype(np.float32)
+    w = rng.standard_normal((cout, cin // groups) + k).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32) if bias else None
+    attrs = dict(weight=w, bias=b) if bias else dict(weight=w)
+    layer = make_layer("nn.Conv2d", input_shapes=(x.shape,), attrs=attrs, params=dict(
+        in_channels=cin, out_channels=cout, kernel_size=list(k), stride=list(s), padding=list(p),
+        dilation=list(d), groups=groups, bias=bias))
+    (got,) = layer.run_numpy(x)
+    expected = conv_loops(x, w, b, s, p, d, groups)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def conv_shift_and_add(x, w, b, stride, pad, dil):
+    """The same definition summed tap by tap over whole images (groups=1), in float64: fast enough for
+    the image sizes where a layer may switch to another algorithm (Winograd for 3x3 at stride 1)."""
+    n, cin, h, wd = x.shape
+    cout, _, kh, kw = w.shape
+    ho = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+    out = np.zeros((n, cout, ho, wo)) + (0.0 if b is None else b.reshape(-1, 1, 1))
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dil[0], i * dil[0] + stride[0] * (ho - 1) + 1, stride[0])
+            cols = slice(j * dil[1], j * dil[1] + stride[1] * (wo - 1) + 1, stride[1])
+            out += np.einsum("oc,nchw->nohw", w[:, :, i, j].astype(np.float64), xp[:, :, rows, cols])
+    return out
+
+
+@pytest.mark.parametrize("cin,cout,hw,stride,pad", [
+    (16, 24, (28, 28), (1, 1), (1, 1)),   # the ResNet 3x3 case, enough tiles for any fast path
+    (8, 8, (33, 21), (1, 1), (1, 1)),     # sizes that do not divide into tiles
+    (8, 12, (30, 30), (1, 1), (0, 0)),    # no padding
+    (16, 16, (28, 28), (2, 2), (1, 1)),   # stride 2: the im2col path
+])
+def test_conv2d_matches_the_definition_on_larger_images(cin, cout, hw, stride, pad):
+    rng = np.random.default_rng(cin + cout + hw[0])
+    x = rng.standard_normal((2, cin) + hw).astype(np.float32)
+    w = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    layer = make_layer("nn.Conv2d", input_shapes=(x.shape,), attrs=dict(weight=w, bias=b), params=dict(
+        in_channels=cin, out_channels=cout, kernel_size=[3, 3], stride=list(stride), padding=list(pad)))
+    (got,) = layer.run_numpy(x)
+    expected = conv_shift_and_add(x, w, b, stride, pad, (1, 1))
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_im2col_then_gemm_is_the_convolution():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 3, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    xp = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+    columns = np.stack([xp[c, i:i + 6, j:j + 7].reshape(-1)
+                        for c in range(3) for i in range(3) for j in range(3)])
+    assert columns.shape == (27, 42)
+    gemm = (w.reshape(4, -1) @ columns).reshape(1, 4, 6, 7)
+    np.testing.assert_allclose(gemm, conv_loops(x, w, None, (1, 1), (1, 1), (1, 1), 1), rtol=1e-4, atol=1e-4)
+
+
+def test_pointwise_convolution_is_a_matrix_product():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 8, 4, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 8, 1, 1)).astype(np.float32)
+    layer = make_layer("nn.Conv2d", input_shapes=(x.shape,), attrs=dict(weight=w), params=dict(
+        in_channels=8, out_channels=5, kernel_size=[1, 1], bias=False))
+    expected = np.stack([w[:, :, 0, 0] @ image.reshape(8, -1) for image in x]).reshape(3, 5, 4, 5)
+    np.testing.assert_allclose(layer.run_numpy(x)[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_zoo_matches_pytorch():
+    param, inputs, expected = model_case("conv_zoo", "b2")
+    outputs = kuiper.load(param).forward(*inputs)
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_resnet18_convolution_work_from_shapes():
+    """Exercise 3: the multiply-accumulates of ResNet-18's convolutions at batch 1 (about 1.8 G)."""
+    graph = kuiper.load(RESNET)
+    shapes = graph.plan_for((1, 3, 224, 224)).shapes
+    total = 0
+    for op in graph.operators:
+        if op.type != "nn.Conv2d":
+            continue
+        n, cout, ho, wo = shapes[op.output_operand.name]
+        kh, kw = op.params["kernel_size"].value
+        cin_g = op.params["in_channels"].value // op.params["groups"].value
+        total += n * cout * ho * wo * cin_g * kh * kw
+    assert 1.80e9 < total < 1.83e9
+    first = graph.operators[1]
+    assert shapes[first.output_operand.name] == (1, 64, 112, 112)
+
+
+def test_the_commands_in_the_notes(capsys):
+    check_shell_commands(8, capsys)

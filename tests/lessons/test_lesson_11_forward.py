@@ -1,0 +1,128 @@
+"""Checkpoint of lesson 11: the meet_num BFS, by-reference hand-over, tracing, and one plan per input shape."""
+
+import contextlib
+import io
+from collections import deque
+
+import numpy as np
+import pytest
+
+import kuiper
+from kuiper import InputError
+from lesson_tools import MODELS, RESNET, check_shell_commands, model_case, param_lines
+
+SMALL_MODELS = ["pool_zoo", "expr_two_inputs", "shape_zoo", "unet_tiny", "reshape_batch"]
+
+
+def expected_trace(param):
+    """(kind, operator name, meet count, inputs) for every run and probe, from the .param tokens alone."""
+    lines = param_lines(param)
+    inputs = {t[1]: t[4:4 + int(t[2])] for t in lines}
+    outputs = {t[1]: t[4 + int(t[2]):4 + int(t[2]) + int(t[3])] for t in lines}
+    consumers = {}
+    for t in lines:
+        for operand in inputs[t[1]]:
+            consumers.setdefault(operand, []).append(t[1])
+    meet = {name: 0 for name in inputs}
+    queue = deque(name for name in inputs if not inputs[name])
+    events = []
+    while queue:
+        name = queue.popleft()
+        events.append(("run", name))
+        for operand in outputs[name]:
+            for succ in consumers.get(operand, []):
+                meet[succ] += 1
+                events.append(("probe", succ, f"{meet[succ]}/{len(inputs[succ])}"))
+                if meet[succ] == len(inputs[succ]):
+                    queue.append(succ)
+    return events
+
+
+def traced(graph, *inputs):
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        outputs = graph.forward(*inputs, trace=True)
+    assert printed.getvalue().splitlines() == graph.last_trace
+    events = []
+    for line in graph.last_trace:
+        words = line.split()
+        events.append(("run", words[1]) if words[0] == "run" else ("probe", words[1], words[3]))
+    return outputs, events
+
+
+@pytest.mark.parametrize("name", SMALL_MODELS)
+def test_trace_is_the_bfs_of_the_text_and_outputs_match_pytorch(name):
+    param, inputs, expected = model_case(name, "b2")
+    graph = kuiper.load(param)
+    outputs, events = traced(graph, *inputs)
+    assert events == expected_trace(param)
+    assert all(op.meet_num == len(op.input_operands) for op in graph.operators)
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_tensors_are_handed_over_by_reference():
+    """Each layer reads the very memory its producer wrote: record the data pointers layers see."""
+    param, inputs, _ = model_case("unet_tiny", "b2")
+    graph = kuiper.load(param)
+    seen = {}
+    for op in graph.operators:
+        if op.layer is None:
+            continue
+
+        def spy(ins, outs, op=op, forward=op.layer.forward_numpy):
+            seen[op.name] = ([a.__array_interface__["data"][0] for a in ins],
+                             [a.__array_interface__["data"][0] for a in outs])
+            forward(ins, outs)
+
+        op.layer.forward_numpy = spy
+    graph.forward(*inputs)
+    checked = 0
+    for op in graph.operators:
+        if op.name not in seen:
+            continue
+        for slot, operand in enumerate(op.input_operands):
+            producer = operand.producer
+            if producer.name in seen:
+                k = producer.output_operands.index(operand)
+                assert seen[op.name][0][slot] == seen[producer.name][1][k]
+                checked += 1
+            elif producer.type == "pnnx.Input":
+                assert seen[op.name][0][slot] == inputs[0].__array_interface__["data"][0]
+                checked += 1
+    assert checked >= 25
+
+
+def test_outputs_belong_to_the_caller_and_meet_num_resets():
+    param, (x,), _ = model_case("pool_zoo", "b2")
+    graph = kuiper.load(param)
+    first = [out.copy() for out in graph.forward(x)]
+    kept = graph.forward(x)
+    graph.forward(-x)
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)  # a later forward did not overwrite returned arrays
+    assert all(op.meet_num == len(op.input_operands) for op in graph.operators)
+
+
+def test_one_build_many_batch_sizes_one_plan_each():
+    graph = kuiper.load(RESNET)
+    assert len(graph.plans) == 1  # build() planned the shape recorded in the file, batch 1
+    first = graph.plan_for((1, 3, 224, 224))
+    _, (x,), (want,) = model_case("resnet18", "b3")  # (batch 1 itself is lesson 1's checkpoint)
+    (got,) = graph.forward(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(graph.plans) == 2
+    assert graph.plan_for((1, 3, 224, 224)) is first  # cached per shape, not rebuilt
+    assert graph.plan_for((3, 3, 224, 224)).shapes[graph.output_operands[0].name] == (3, 1000)
+    assert sorted(key[0][0][0] for key in graph.plans) == [1, 3]
+    with pytest.raises(InputError, match=r"expected \(1,3,224,224\), given \(1,4,224,224\)"):
+        graph.forward(np.zeros((1, 4, 224, 224), np.float32))
+
+
+def test_resnet_trace_shows_the_skip_connection_waiting(capsys):
+    outputs = check_shell_commands(11, capsys)
+    lines = outputs["kuiper run --trace"].splitlines()
+    probes = [line.split()[-1] for line in lines if "probe pnnx_expr_14" in line]
+    assert probes == ["1/2", "2/2"]
+    runs = [line.split()[1] for line in lines if line.startswith("run ")]
+    assert runs == [name for kind, name, *_ in expected_trace(RESNET) if kind == "run"]
+    assert "matches the saved PyTorch output" in outputs["kuiper run --trace"]
