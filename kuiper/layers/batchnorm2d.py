@@ -1,13 +1,16 @@
 """BatchNorm2d at inference: y = (x - mean) / sqrt(var + eps) * weight + bias, per channel.
 
 With frozen statistics this is an affine map per channel, y = x * scale + shift, so the constructor folds
-the four vectors into `scale` and `shift` once and forward is a multiply and an add.
+the four vectors into `scale` and `shift` once and forward is a multiply and an add (on OpenCL,
+cl/batchnorm.cl: the same two operations per element).
 """
 
 import numpy as np
 
 from kuiper.layers.base import Layer
+from kuiper.layers.gemm import typed_kernel
 from kuiper.layers.registry import register
+from kuiper.runtime.opencl import round_up
 
 
 @register("nn.BatchNorm2d")
@@ -40,3 +43,16 @@ class BatchNorm2d(Layer):
     def forward_numpy(self, inputs, outputs):
         np.multiply(inputs[0], self.scale, out=outputs[0])
         outputs[0] += self.shift
+
+    # ---- OpenCL (cl/batchnorm.cl) ----------------------------------------------------------------------
+    def build_opencl(self, rt):
+        self.cl_kernel = typed_kernel(rt, "batchnorm.cl", "batchnorm", "bbbbii")
+        self.cl_scale, self.cl_shift = rt.upload(self.scale.ravel()), rt.upload(self.shift.ravel())
+
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        if not y.size:  # OpenCL refuses an empty range
+            return
+        n, c, h, w = x.shape
+        q.run(self.cl_kernel, (round_up(h * w, 16), n * c), None, y.buffer, x.buffer, self.cl_scale,
+              self.cl_shift, h * w, c)

@@ -11,6 +11,10 @@ into two steps per batch item:
 
 The scatter runs on an uncropped buffer; `padding` then crops that many pixels from each border, and
 `output_padding` gives that many back at the bottom/right (rows past the scattered area hold only the bias).
+
+On OpenCL the GEMM is kuiper/layers/gemm.py's, for every group and batch item in one launch, and col2im
+(cl/conv.cl) turns the scatter around: each output pixel gathers the taps that land on it, adds them in tap
+order and adds the bias, so no two work-items write the same pixel and no atomics are needed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from kuiper.layers.conv2d import ConvLayer, batched
+from kuiper.layers.gemm import Columns, Gemm, Matrix, in_order, typed_kernel
 from kuiper.layers.registry import register
+from kuiper.runtime.opencl import round_up
 
 
 @register("nn.ConvTranspose2d")
@@ -78,3 +84,35 @@ class ConvTranspose2d(ConvLayer):
                 full[:, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw] += taps[:, i, j]
             out[item] = full[:, ph:ph + ho, pw:pw + wo]
         self.add_bias(out)
+
+    # ---- OpenCL ---------------------------------------------------------------------------------------
+    def build_opencl(self, rt):
+        self.gemm = Gemm(rt)
+        self.cl_col2im = typed_kernel(rt, "conv.cl", "col2im", "blbb" + "i" * 15)
+        self.cl_weight = rt.upload(self.w_gemm)
+        # without a bias col2im never reads its bias argument, but the argument needs a buffer
+        self.cl_bias = rt.upload(self.bias.ravel()) if self.bias is not None else self.cl_weight
+        self.cl_columns = Columns(rt)
+
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        if not y.size:  # OpenCL refuses an empty range
+            return
+        (h, w), (ho, wo), g = x.shape[-2:], y.shape[-2:], self.groups
+        rows, cin_g, cin = self.w_gemm.shape[1], self.in_channels // g, self.in_channels
+        geometry = (*self.kernel_size, *self.stride, *self.padding, *self.dilation)
+        items, columns = x.size // (cin * h * w), self.cl_columns
+        for first, count in columns.chunks(items, g * rows * h * w):
+            taps = self.gemm(q, rows, h * w, cin_g,
+                             c=Matrix(columns.buffer, h * w, group=rows * h * w, item=g * rows * h * w),
+                             a=Matrix(self.cl_weight, cin_g, group=rows * cin_g),
+                             b=Matrix(x.buffer, h * w, group=cin_g * h * w, item=cin * h * w,
+                                      offset=first * cin * h * w),
+                             groups=g, items=count)
+            in_order(q, taps)
+            folded = q.run(self.cl_col2im, (round_up(ho * wo, 16), self.out_channels, count), None,
+                           y.buffer, first * self.out_channels * ho * wo, columns.buffer, self.cl_bias,
+                           int(self.bias is not None), self.out_channels, self.out_channels // g, h, w, ho, wo,
+                           *geometry)
+            if first + count < items:
+                in_order(q, folded)  # the next chunk's GEMM overwrites the columns

@@ -1,8 +1,12 @@
-"""Linear: y = x @ W^T + b over the last axis, for inputs of any rank (leading axes are batch axes)."""
+"""Linear: y = x @ W^T + b over the last axis, for inputs of any rank (leading axes are batch axes).
+
+On OpenCL it is one GEMM (kuiper/layers/gemm.py) with the bias added per column in the kernel.
+"""
 
 import numpy as np
 
 from kuiper.layers.base import Layer
+from kuiper.layers.gemm import COLUMN_BIAS, NO_BIAS, Gemm, Matrix
 from kuiper.layers.registry import register
 
 
@@ -34,3 +38,17 @@ class Linear(Layer):
         np.matmul(inputs[0].reshape(-1, self.in_features), self.weight_t, out=out)
         if self.bias is not None:
             out += self.bias
+
+    # ---- OpenCL ---------------------------------------------------------------------------------------
+    def build_opencl(self, rt):
+        self.gemm = Gemm(rt)
+        self.cl_weight_t = rt.upload(self.weight_t)
+        self.cl_bias = None if self.bias is None else rt.upload(self.bias)
+
+    def forward_opencl(self, q, inputs, outputs):
+        y = outputs[0]
+        if not y.size:  # OpenCL refuses an empty range
+            return
+        m, n, k = y.size // self.out_features, self.out_features, self.in_features
+        self.gemm(q, m, n, k, c=Matrix(y.buffer, n), a=Matrix(inputs[0].buffer, k), b=Matrix(self.cl_weight_t, n),
+                  bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS)

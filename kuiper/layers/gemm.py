@@ -1,0 +1,176 @@
+"""Launching cl/gemm.cl: C = A @ B (+ bias) for Linear, Conv2d and ConvTranspose2d on OpenCL.
+
+Every product is row-major with a leading dimension per matrix, and one launch covers a stack of them:
+product z is group z % groups of batch item z // groups, and each matrix of it starts at
+offset + group * group_stride + item * item_stride elements into its buffer. A `Matrix` names one
+operand that way.
+
+Two kernels compute it (see cl/gemm.cl); `Gemm` picks one per device, once, when the layer is built:
+
+* CPUs (`rt.is_cpu`) get `gemm_cpu`: no local memory, register blocks of MB x NB outputs in float16
+  vectors. PoCL runs a work-group's work-items in a loop on one core, dimension 0 innermost, so the
+  host sizes work-groups as cache blocks: their work-items share the same rows of A and the same
+  columns of B while those are in the core's L2.
+* Other devices get `gemm_gpu`: tiles staged in local memory with register blocking, the tile size by the
+  product's shape (see GPU_TILES), within the kernel's and the device's largest work-group.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from kuiper.runtime.opencl import round_up
+
+#: gemm_cpu's register block: MB rows by NV vectors of 16 columns (24 AVX2/AVX-512 ymm accumulators:
+#: LLVM splits a float16 into two 256-bit halves on these CPUs, and 32 such registers exist)
+CPU_ROWS = 6
+#: (columns per block, NV, VN) from widest to narrowest; a product narrower than a block uses the next
+CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
+#: gemm_cpu's work-group in blocks, (columns, rows): 2 x 32 blocks of 32 x 6 = a 64 x 192 cache block
+CPU_GROUP = (2, 32)
+
+#: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
+#: whose columns need more is processed in chunks of items
+COLUMN_BYTES = 64 << 20
+
+#: gemm_gpu's tile configurations, largest first: (TM, TN, TK, RM, RN), work-group (TN/RN, TM/RM). Measured on an
+#: H100 over ResNet-18's b32 GEMMs, 128 x 128 tiles win only where the product fills them and has a tile for
+#: every compute unit; 64 x 64 wins elsewhere (see Gemm._gpu_tiles). 32 x 32 serves devices whose work-groups stop below 256.
+GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
+
+
+class Matrix(NamedTuple):
+    """One operand of a stacked GEMM: where product (group, item) finds its matrix in `buffer`."""
+
+    buffer: object
+    ld: int                 # leading dimension: elements from one row to the next
+    group: int = 0          # elements from one group's matrix to the next
+    item: int = 0           # elements from one batch item's matrices to the next
+    offset: int = 0         # where product (0, 0) starts
+
+
+NO_BIAS, ROW_BIAS, COLUMN_BIAS = 0, 1, 2
+
+_ARG_TYPES = {"b": None, "i": np.int32, "l": np.int64}
+#: gemm_cpu's and gemm_gpu's arguments: C, A, B, bias, bias_mode, M, N, K, lda, ldb, ldc, then the stack
+GEMM_ARGS = "bbbb" + "i" * 8 + "l" * 9
+
+
+def typed_kernel(rt, file: str, name: str, args: str, options=()):
+    """rt.kernel with its argument types declared, one letter per argument (b buffer, i int, l long), so that
+    launches take plain Python ints: pyopencl then packs 20 scalars in ~5 us instead of ~300 us (PoCL)."""
+    kernel = rt.kernel(file, name, options)
+    kernel.set_scalar_arg_dtypes([_ARG_TYPES[letter] for letter in args])
+    return kernel
+
+
+class Gemm:
+    """The GEMM kernels one layer uses on one runtime. `variant` "cpu" or "gpu" overrides the device rule
+    (tests run the GPU kernel on PoCL too: it must be right everywhere, only slower there)."""
+
+    def __init__(self, rt, variant: str | None = None):
+        self.rt = rt
+        self.variant = variant or ("cpu" if rt.is_cpu else "gpu")
+        # block (cpu) or tile (gpu) -> Kernel, kept here: rt.kernel re-reads and hashes the source on every call
+        self.kernels = {}
+        if self.variant == "gpu":
+            for tile in GPU_TILES:
+                kernel = self._gpu_kernel(tile)
+                if kernel is not None:
+                    self.kernels[tile] = kernel
+            self.tiles = list(self.kernels)
+            if not self.tiles:  # no work-group this device runs is big enough: the CPU kernel has no such need
+                self.variant = "cpu"
+
+    # ---- kernels ------------------------------------------------------------------------------------
+    def _cpu_kernel(self, n: int):
+        """gemm_cpu for products n columns wide, and its block width."""
+        block = next(block for block in CPU_BLOCKS if block[0] <= n)
+        kernel = self.kernels.get(block)
+        if kernel is None:
+            width, nv, vn = block
+            kernel = self.kernels[block] = typed_kernel(self.rt, "gemm.cl", "gemm_cpu", GEMM_ARGS,
+                                                        [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}"])
+        return kernel, block[0]
+
+    def _gpu_kernel(self, tile):
+        """gemm_gpu for one tile configuration, or None when its work-group is too big for the device."""
+        import pyopencl as cl
+
+        tm, tn, tk, rm, rn = tile
+        kernel = typed_kernel(self.rt, "gemm.cl", "gemm_gpu", GEMM_ARGS,
+                              [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}"])
+        limit = min(self.rt.device.max_work_group_size,
+                    kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
+        return kernel if (tn // rn) * (tm // rm) <= limit else None
+
+    # ---- launching ----------------------------------------------------------------------------------
+    def __call__(self, q, m: int, n: int, k: int, c: Matrix, a: Matrix, b: Matrix, *, groups: int = 1,
+                 items: int = 1, bias=None, bias_mode: int = NO_BIAS):
+        """Enqueue C = A @ B (+ bias) for `items` x `groups` products of (m, k) @ (k, n); returns the event.
+
+        bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS)."""
+        stack = items * groups
+        args = (c.buffer, a.buffer, b.buffer, a.buffer if bias is None else bias, bias_mode, m, n, k, a.ld, b.ld,
+                c.ld, groups, a.offset, b.offset, c.offset, a.group, b.group, c.group, a.item, b.item, c.item)
+        if self.variant == "cpu":
+            kernel, width = self._cpu_kernel(n)
+            blocks = (-(-n // width), -(-m // CPU_ROWS))
+            local = self._cpu_group(*blocks, stack)
+            return q.run(kernel, (round_up(blocks[0], local[0]), round_up(blocks[1], local[1]), stack),
+                         (*local, 1), *args)
+        tile = self._gpu_tiles(m, n, stack)
+        tm, tn, _, rm, rn = tile
+        local = (tn // rn, tm // rm)
+        return q.run(self.kernels[tile], (-(-n // tn) * local[0], -(-m // tm) * local[1], stack), (*local, 1), *args)
+
+    def _cpu_group(self, column_blocks: int, row_blocks: int, stack: int) -> tuple:
+        """CPU_GROUP, no larger than the product, halved (rows first) until every core gets a few groups."""
+        x, y = min(CPU_GROUP[0], column_blocks), min(CPU_GROUP[1], row_blocks)
+        wanted = 4 * self.rt.device.max_compute_units
+        while x * y > 1 and -(-column_blocks // x) * -(-row_blocks // y) * stack < wanted:
+            if y > 1:
+                y = -(-y // 2)
+            else:
+                x = -(-x // 2)
+        return x, y
+
+    def _gpu_tiles(self, m: int, n: int, stack: int) -> tuple:
+        """The largest usable tiles that the product fills more than half of, with one tile for every compute
+        unit; else the smallest."""
+        units = self.rt.device.max_compute_units
+        for tile in self.tiles:
+            if 2 * m > tile[0] and 2 * n > tile[1] and -(-m // tile[0]) * -(-n // tile[1]) * stack >= units:
+                return tile
+        return self.tiles[-1]
+
+
+class Columns:
+    """A layer's device buffer for column matrices, allocated when a forward first needs it and again only
+    when a larger input needs more."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.buffer = None
+        self.nbytes = 0
+
+    def chunks(self, items: int, item_elements: int) -> list:
+        """[(first item, item count)] in chunks whose columns (item_elements floats per item) fit COLUMN_BYTES,
+        with `buffer` large enough for one chunk."""
+        per_chunk = max(1, min(items, COLUMN_BYTES // (4 * item_elements)))
+        if 4 * per_chunk * item_elements > self.nbytes:
+            self.nbytes = 4 * per_chunk * item_elements
+            self.buffer = self.rt.allocate(self.nbytes)
+        return [(first, min(per_chunk, items - first)) for first in range(0, items, per_chunk)]
+
+
+def in_order(q, event) -> None:
+    """Make what a layer enqueues next wait for `event` (its previous kernel): on the levels schedule the
+    queue runs out of order and a layer's kernels wait only for the layer's producers. A barrier that waits
+    for `event` holds back every later command until it is done; the in-order queue needs nothing."""
+    if q.levels:
+        import pyopencl as cl
+
+        cl.enqueue_barrier(q.queue, wait_for=[event])

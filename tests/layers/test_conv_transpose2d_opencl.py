@@ -1,0 +1,35 @@
+"""nn.ConvTranspose2d on OpenCL (GEMM, then col2im in cl/conv.cl) against its numpy forward, on the numpy
+tests' cases, with batches split into chunks and with the other device type's GEMM kernel."""
+
+import numpy as np
+import pytest
+
+import kuiper.layers.gemm
+from conftest import assert_opencl_matches_numpy
+from test_conv_transpose2d import CASES, make_deconv
+
+RNG = np.random.default_rng(17)
+
+
+def check(case, rt, shape=None):
+    layer, _, _ = make_deconv(RNG, **case)
+    x = RNG.standard_normal(shape or case["input_shape"]).astype(np.float32)
+    assert_opencl_matches_numpy(layer, rt, x)
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_conv_transpose_opencl_matches_numpy(cl_runtime, case):
+    check(case, cl_runtime)
+
+
+def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
+    case = CASES["stride2 pad1 outpad1 groups2"]
+    check(case, cl_runtime, shape=case["input_shape"][1:])
+    monkeypatch.setattr(kuiper.layers.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
+    check(case, cl_runtime)
+
+
+@pytest.mark.parametrize("name", ["dilation3 groups2", "asymmetric nobias"])
+def test_other_gemm_variant_opencl(cl_runtime, monkeypatch, name):
+    monkeypatch.setattr(cl_runtime, "is_cpu", not cl_runtime.is_cpu)
+    check(CASES[name], cl_runtime)

@@ -1,0 +1,23 @@
+"""nn.Linear on OpenCL (one GEMM with a per-column bias, kuiper/layers/gemm.py) against its numpy forward,
+on the numpy tests' ranks and on sizes past the GEMM kernels' blocks."""
+
+import numpy as np
+import pytest
+
+from conftest import assert_opencl_matches_numpy
+from test_linear import make_linear
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("in_features, out_features, shape", [
+    (7, 5, (7,)), (7, 5, (1, 7)), (7, 5, (3, 7)), (7, 5, (3, 5, 7)), (7, 5, (2, 3, 1, 7)),
+    (512, 1000, (1, 512)),            # ResNet-18's classifier
+    (33, 70, (2, 13, 33)),            # rows past a register block, columns past a vector block
+    (5, 1, (4, 5)), (1, 17, (9, 1)),  # one output feature, one input feature
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_opencl_matches_numpy(cl_runtime, in_features, out_features, shape, bias):
+    layer, _, _ = make_linear(RNG, in_features, out_features, bias, input_shape=shape)
+    assert_opencl_matches_numpy(layer, cl_runtime, RNG.standard_normal(shape).astype(np.float32))
+
