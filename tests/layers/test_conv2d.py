@@ -5,6 +5,7 @@ import pytest
 
 import kuiper.layers.conv2d  # noqa: F401  (registers nn.Conv2d)
 from kuiper.errors import LayerError, ShapeError
+from kuiper.layers.conv2d import F2, F4, Conv2d
 from kuiper.runtime.operators import make_layer
 
 
@@ -115,6 +116,97 @@ def test_banded_im2col(monkeypatch, name):
     """A tiny column budget splits images into bands of 1 to 5 output rows, the last band often shorter."""
     monkeypatch.setattr(kuiper.layers.conv2d, "COLUMN_BYTES", 2500)
     test_matches_reference(CASES[name])
+
+
+WINOGRAD_CASES = {
+    "odd sizes batch3": dict(in_channels=5, out_channels=7, kernel_size=3, padding=1, input_shape=(3, 5, 9, 11)),
+    "whole tiles nobias": dict(in_channels=7, out_channels=5, kernel_size=3, padding=1, bias=False,
+                               input_shape=(1, 7, 8, 12)),
+    "valid": dict(in_channels=7, out_channels=5, kernel_size=3, padding="valid", input_shape=(3, 7, 13, 10)),
+    "asymmetric padding": dict(in_channels=5, out_channels=7, kernel_size=(3, 3), padding=(2, 0),
+                               input_shape=(1, 5, 9, 11)),
+    "same": dict(in_channels=5, out_channels=5, kernel_size=3, padding="same", input_shape=(3, 5, 6, 7)),
+    "one pixel": dict(in_channels=4, out_channels=6, kernel_size=3, padding=1, input_shape=(3, 4, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
+@pytest.mark.parametrize("name", WINOGRAD_CASES)
+def test_winograd_matches_reference(monkeypatch, variant, name):
+    """Every 3x3 stride-1 geometry, on images too small to pick Winograd by themselves."""
+    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
+    test_matches_reference(WINOGRAD_CASES[name])
+
+
+@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
+def test_winograd_bands(monkeypatch, variant):
+    """A small budget splits the tiles into bands of 2 tile rows, the last one shorter (3 or 5 tile rows)."""
+    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
+    monkeypatch.setattr(kuiper.layers.conv2d, "WINOGRAD_BYTES", 6100)
+    test_matches_reference(WINOGRAD_CASES["odd sizes batch3"])
+
+
+@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
+@pytest.mark.parametrize("channels, size", [(64, 28), (256, 14)])
+def test_winograd_accuracy_at_resnet_widths(monkeypatch, variant, channels, size):
+    """Hundreds of channels summed in the transformed domain: the float32 error stays well inside the tolerance."""
+    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
+    rng = np.random.default_rng(5)
+    layer, weight, bias = make_conv(rng, channels, channels, 3, padding=1, input_shape=(1, channels, size, size))
+    x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = bias.reshape(-1, 1, 1).astype(np.float64)
+    for i in range(3):  # the definition one tap at a time over whole images: the loop reference is too slow here
+        for j in range(3):
+            expected = expected + np.einsum("oc,nchw->nohw", weight[:, :, i, j].astype(np.float64),
+                                            padded[:, :, i:i + size, j:j + size])
+    assert_matches(layer.run_numpy(x)[0], expected)
+
+
+@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
+def test_winograd_buffer_reuse(monkeypatch, variant):
+    """8x8 then 7x7 need the same number of tiles: the padding the 7x7 image reads must still be zeros."""
+    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
+    rng = np.random.default_rng(8)
+    layer, weight, bias = make_conv(rng, 5, 6, 3, padding=1, input_shape=(1, 5, 8, 8))
+    for shape in [(1, 5, 8, 8), (1, 5, 7, 7), (3, 5, 8, 7), (1, 5, 8, 8), (1, 5, 7, 7)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        expected = conv2d_reference(x, weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+        assert_matches(layer.run_numpy(x)[0], expected)
+
+
+def test_winograd_unbatched_input(monkeypatch):
+    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: F4)
+    rng = np.random.default_rng(10)
+    layer, weight, bias = make_conv(rng, 5, 7, 3, padding=1, input_shape=(5, 9, 11))
+    x = rng.standard_normal((5, 9, 11)).astype(np.float32)
+    expected = conv2d_reference(x[None], weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)[0]
+    assert_matches(layer.run_numpy(x)[0], expected)
+
+
+def test_winograd_variants_share_a_layer():
+    """One layer meeting image sizes that pick F(4x4), F(2x2) and im2col, back and forth."""
+    rng = np.random.default_rng(9)
+    layer, weight, bias = make_conv(rng, 3, 4, 3, padding=1, input_shape=(1, 3, 24, 24))
+    for size in (24, 14, 7, 22, 24, 12):
+        x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+        expected = conv2d_reference(x, weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+        assert_matches(layer.run_numpy(x)[0], expected)
+
+
+def test_winograd_variant_by_output_size():
+    """F(4x4) where the output has enough 4x4 tiles, F(2x2) where it has enough 2x2 ones, else im2col."""
+    layer, _, _ = make_conv(np.random.default_rng(6), 8, 8, 3, padding=1, input_shape=(1, 8, 56, 56))
+    assert layer.winograd_ok
+    assert [layer._winograd_variant(s, s) for s in (56, 28, 23, 14, 11, 7)] == [F4, F4, F4, F2, F2, None]
+
+
+@pytest.mark.parametrize("change", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=(3, 1))])
+def test_winograd_only_for_3x3_stride1_undilated_ungrouped(change):
+    params = dict(in_channels=4, out_channels=4, kernel_size=3, padding=1)
+    params.update(change)
+    layer, _, _ = make_conv(np.random.default_rng(7), **params, input_shape=(1, 4, 56, 56))
+    assert not layer.winograd_ok
 
 
 def test_unbatched_input():
