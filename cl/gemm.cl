@@ -1,4 +1,4 @@
-// C = A @ B (+ bias), row-major, for Linear, Conv2d (im2col and 1x1) and ConvTranspose2d
+// C = A @ B (+ bias), row-major, for Linear, Conv2d (im2col, implicit im2col, 1x1) and ConvTranspose2d
 // (kuiper/layers/gemm.py launches them).
 //
 //   A (M, K) with leading dimension lda, B (K, N) with ldb, C (M, N) with ldc, all in elements.
@@ -13,6 +13,7 @@
 //             the shape a CPU core's vector FMA units want; any local size works.
 //   gemm_gpu  a work-group stages TM x TK tiles of A and TK x TN tiles of B in local memory and each
 //             work-item accumulates RM x RN outputs from them; local size must be (TN / RN, TM / RM).
+//             Built with KH and KW, it reads B as implicit im2col of a convolution's input.
 
 #define CAT(a, b) a##b
 #define XCAT(a, b) CAT(a, b)
@@ -102,26 +103,57 @@ __kernel void gemm_cpu(__global float* restrict C, __global const float* restric
 
 #ifdef TM
 // ---- GPU: local-memory tiles with RM x RN register blocks --------------------------------------------------
-// Work-item (tx, ty) of the (LX, LY) work-group owns rows ty + i * LY and columns tx + j * LX of the tile:
-// neighbouring work-items read neighbouring local-memory words and store neighbouring columns of C.
-// Tile loads outside A or B read zeros, so edges and the K tail need no other care.
+// The (LX, LY) work-group computes a TM x TN tile of C. Tiles hold float4 groups of 4 rows (A) or 4 columns (B),
+// and work-item (tx, ty) owns the row groups ty + i * LY and the column groups tx + j * LX: each step of k
+// reads RM / 4 + RN / 4 float4 from local memory (neighbouring work-items: neighbouring float4, no bank
+// conflicts) for RM * RN multiply-adds, and stores to C come out as runs of 4 columns per work-item, 256
+// contiguous bytes per 16 work-items. Tile loads outside A or B read zeros, so edges and the K tail need no other care.
+//
+// With KH and KW defined, B is implicit im2col (Conv2d): B points at the stack of input images, and entry
+// (k, n) of the column matrix, k = (c, i, j) over cin_g x KH x KW and n = (oy, ox) over the output pixels, is
+// read from the image where it lies, 0 in the padding (the geometry of cl/conv.cl's im2col). No column
+// matrix is written or read back; KH and KW as macros make the division of k by them cheap.
 #define LX (TN / RN)
 #define LY (TM / RM)
 #define THREADS (LX * LY)
+#if RM % 4 || RN % 4 || THREADS % (TN / 4)
+#error "RM and RN must be multiples of 4, and the work-group a multiple of TN / 4"
+#endif
+
+#ifdef KH
+#define IMAGE_ARGS , const int height, const int width, const int out_w, const int stride_h, const int stride_w, \
+    const int pad_h, const int pad_w, const int dilation_h, const int dilation_w
+#else
+#define IMAGE_ARGS
+#endif
+
+// A[m][k] or 0 outside A
+inline float a_at(const __global float* A, int m, int k, int M, int K, int lda) {
+    return m < M && k < K ? A[(long)m * lda + k] : 0.0f;
+}
 
 __kernel __attribute__((reqd_work_group_size(LX, LY, 1)))
 void gemm_gpu(__global float* restrict C, __global const float* restrict A, __global const float* restrict B,
               __global const float* restrict bias, const int bias_mode, const int M, const int N, const int K,
-              const int lda, const int ldb, const int ldc, STACK_ARGS) {
-    // A's tile transposed, so that a k-slice of its rows is contiguous; the extra column spreads the
-    // transposing stores of consecutive work-items over the memory banks
-    __local float a_tile[TK][TM + 1];
-    __local float b_tile[TK][TN];
+              const int lda, const int ldb, const int ldc, STACK_ARGS IMAGE_ARGS) {
+    // A's tile transposed: a_tile[k][q] holds rows 4q..4q+3 at k. The extra float4 per row spreads the
+    // transposing stores of consecutive work-items (consecutive k) over the memory banks.
+    __local float4 a_tile[TK][TM / 4 + 1];
+    __local float4 b_tile[TK][TN / 4];
     const int tx = get_local_id(0), ty = get_local_id(1), t = ty * LX + tx;
     const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN, z = get_global_id(2);
     A += stack_offset(z, groups, off_a, group_a, item_a);
     B += stack_offset(z, groups, off_b, group_b, item_b);
     C += stack_offset(z, groups, off_c, group_c, item_c);
+
+    // every B load of this work-item is in the same 4 columns (THREADS is a multiple of TN / 4)
+    const int p = t % (TN / 4), n = n0 + 4 * p;
+    const int4 column = n + (int4)(0, 1, 2, 3);
+    const int4 in_b = column < N;
+#ifdef KH
+    // where each of the 4 output pixels' windows starts in the image
+    const int4 top = column / out_w * stride_h - pad_h, left = column % out_w * stride_w - pad_w;
+#endif
 
     float acc[RM][RN];
     #pragma unroll
@@ -130,23 +162,39 @@ void gemm_gpu(__global float* restrict C, __global const float* restrict A, __gl
         for (int j = 0; j < RN; ++j) acc[i][j] = 0.0f;
     }
     for (int k0 = 0; k0 < K; k0 += TK) {
-        // consecutive work-items load consecutive addresses: along k in A, along n in B
-        for (int e = t; e < TM * TK; e += THREADS) {
-            const int m = m0 + e / TK, k = k0 + e % TK;
-            a_tile[e % TK][e / TK] = m < M && k < K ? A[(long)m * lda + k] : 0.0f;
+        // consecutive work-items load along k in A (rows are contiguous in k) and along n in B
+        for (int e = t; e < TK * TM / 4; e += THREADS) {
+            const int k = k0 + e % TK, m = m0 + 4 * (e / TK);
+            a_tile[e % TK][e / TK] = (float4)(a_at(A, m, k, M, K, lda), a_at(A, m + 1, k, M, K, lda),
+                                              a_at(A, m + 2, k, M, K, lda), a_at(A, m + 3, k, M, K, lda));
         }
-        for (int e = t; e < TK * TN; e += THREADS) {
-            const int k = k0 + e / TN, n = n0 + e % TN;
-            b_tile[e / TN][e % TN] = k < K && n < N ? B[(long)k * ldb + n] : 0.0f;
+        for (int e = t; e < TK * TN / 4; e += THREADS) {
+            const int k = k0 + e / (TN / 4);
+            float4 v = 0.0f;
+            if (k < K) {
+#ifdef KH
+                const int c = k / (KH * KW), i = k / KW % KH, j = k % KW;
+                const int4 y = top + i * dilation_h, x = left + j * dilation_w;
+                const int4 inside = in_b & (y >= 0) & (y < height) & (x >= 0) & (x < width);
+                const __global float* plane = B + (long)c * height * width;
+                v = (float4)(inside.x ? plane[y.x * width + x.x] : 0.0f, inside.y ? plane[y.y * width + x.y] : 0.0f,
+                             inside.z ? plane[y.z * width + x.z] : 0.0f, inside.w ? plane[y.w * width + x.w] : 0.0f);
+#else
+                const __global float* row = B + (long)k * ldb + n;
+                v = (float4)(in_b.x ? row[0] : 0.0f, in_b.y ? row[1] : 0.0f, in_b.z ? row[2] : 0.0f,
+                             in_b.w ? row[3] : 0.0f);
+#endif
+            }
+            b_tile[e / (TN / 4)][p] = v;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         #pragma unroll
         for (int k = 0; k < TK; ++k) {
             float a[RM], b[RN];
             #pragma unroll
-            for (int i = 0; i < RM; ++i) a[i] = a_tile[k][ty + i * LY];
+            for (int i = 0; i < RM / 4; ++i) vstore4(a_tile[k][ty + i * LY], i, a);
             #pragma unroll
-            for (int j = 0; j < RN; ++j) b[j] = b_tile[k][tx + j * LX];
+            for (int j = 0; j < RN / 4; ++j) vstore4(b_tile[k][tx + j * LX], j, b);
             #pragma unroll
             for (int i = 0; i < RM; ++i) {
                 #pragma unroll
@@ -159,10 +207,10 @@ void gemm_gpu(__global float* restrict C, __global const float* restrict A, __gl
     const int g = z % groups;
     #pragma unroll
     for (int i = 0; i < RM; ++i) {
-        const int m = m0 + ty + i * LY;
+        const int m = m0 + 4 * (ty + i / 4 * LY) + i % 4;
         #pragma unroll
         for (int j = 0; j < RN; ++j) {
-            const int n = n0 + tx + j * LX;
+            const int n = n0 + 4 * (tx + j / 4 * LX) + j % 4;
             if (m < M && n < N) C[(long)m * ldc + n] = acc[i][j] + bias_of(bias, bias_mode, g, m, n, M, N);
         }
     }

@@ -27,6 +27,13 @@ The transforms are matrix products too, B^T and A^T applied along one axis of th
 numpy they cost about as much as the GEMMs: ResNet-18's 3x3 layers run 1.15-1.35x faster with F(4x4) and
 1.05-1.15x with F(2x2), not 4x and 2.25x. Images with too few tiles to pay for reading the larger transformed
 weights stay on im2col (see WINOGRAD_MIN_TILES).
+
+On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/layers/gemm.py) there is no Winograd: the same im2col and
+GEMM, for every group and batch item in one launch, the bias added by the GEMM. On CPUs im2col writes the
+column matrix and gemm_cpu reads it; GPUs skip it, their GEMM reading im2col's entries straight from the
+input (implicit im2col). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
+convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
+a GEMM to pay.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kuiper.layers.base import Layer
+from kuiper.layers.gemm import NO_BIAS, ROW_BIAS, Columns, Gemm, Matrix, in_order, typed_kernel
 from kuiper.layers.registry import register
+from kuiper.runtime.opencl import round_up
 
 #: im2col runs over bands of output rows whose column matrix is about this size, which bounds its memory
 #: for any image size and keeps it in the core's L2 cache from the copy that writes it to the GEMM that
@@ -306,3 +315,57 @@ class Conv2d(ConvLayer):
                     np.add(y, self.bias.reshape(-1, 1, 1, 1, 1), out=blocks[item, :, row:row + band])
         if not exact:
             out[...] = whole[:, :, :ho, :wo]
+
+    # ---- OpenCL -----------------------------------------------------------------------------------
+    def build_opencl(self, rt):
+        self.cl_bias = None if self.bias is None else rt.upload(self.bias.ravel())
+        # one input channel per group (depthwise, with any channel multiplier): too thin for a GEMM
+        if self.in_channels == self.groups:
+            self.cl_depthwise = typed_kernel(rt, "conv.cl", "depthwise_conv2d", "bbbb" + "i" * 15)
+            self.cl_weight = rt.upload(self.w_kernel)
+            return
+        self.cl_depthwise = None
+        pointwise = self._convolve == self._pointwise
+        self.gemm = Gemm(rt, kernel_size=None if pointwise else self.kernel_size)
+        self.cl_weight = rt.upload(self.w_gemm)
+        # the GEMM reads B from the input itself when the input is the column matrix (1x1) or when it computes
+        # im2col's entries on the fly (GPUs); otherwise im2col writes the column matrix first
+        self.cl_direct = pointwise or self.gemm.implicit
+        if not self.cl_direct:
+            self.cl_im2col = typed_kernel(rt, "conv.cl", "im2col", "bbl" + "i" * 15)
+            self.cl_whole_rows = rt.is_cpu  # im2col's work-items: whole output rows on CPUs, pixels on GPUs
+            self.cl_columns = Columns(rt)
+
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        if not y.size:  # OpenCL refuses an empty range
+            return
+        (h, w), (ho, wo), g = x.shape[-2:], y.shape[-2:], self.groups
+        cin, cout = self.in_channels, self.out_channels
+        items = x.size // (cin * h * w)
+        (top, _), (left, _) = self.pads
+        geometry = (*self.kernel_size, *self.stride, top, left, *self.dilation)
+        if self.cl_depthwise is not None:
+            q.run(self.cl_depthwise, (round_up(ho * wo, 16), items * cout), None, y.buffer, x.buffer,
+                  self.cl_weight, self.cl_weight if self.cl_bias is None else self.cl_bias,
+                  int(self.cl_bias is not None), cout, cout // cin, h, w, ho, wo, *geometry)
+            return
+        cin_g, cout_g, k = cin // g, cout // g, self.w_gemm.shape[2]
+        bias = dict(bias=self.cl_bias, bias_mode=NO_BIAS if self.cl_bias is None else ROW_BIAS)
+        weights = Matrix(self.cl_weight, k, group=cout_g * k)
+        out = Matrix(y.buffer, ho * wo, group=cout_g * ho * wo, item=cout * ho * wo)
+        if self.cl_direct:
+            image = (h, w, wo, *self.stride, top, left, *self.dilation) if self.gemm.implicit else ()
+            images = Matrix(x.buffer, h * w, group=cin_g * h * w, item=cin * h * w)
+            self.gemm(q, cout_g, ho * wo, k, c=out, a=weights, b=images, groups=g, items=items, image=image, **bias)
+            return
+        columns, span = self.cl_columns, wo if self.cl_whole_rows else 1
+        for first, count in columns.chunks(items, g * k * ho * wo):
+            built = q.run(self.cl_im2col, (round_up(ho * -(-wo // span), 16), k, count * g), None, columns.buffer,
+                          x.buffer, first * cin * h * w, span, g, cin_g, h, w, ho, wo, *geometry)
+            in_order(q, built)
+            product = self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
+                                b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
+                                groups=g, items=count, **bias)
+            if first + count < items:
+                in_order(q, product)  # the next chunk's im2col overwrites the columns

@@ -12,7 +12,9 @@ Two kernels compute it (see cl/gemm.cl); `Gemm` picks one per device, once, when
   host sizes work-groups as cache blocks: their work-items share the same rows of A and the same
   columns of B while those are in the core's L2.
 * Other devices get `gemm_gpu`: tiles staged in local memory with register blocking, the tile size by the
-  product's shape (see GPU_TILES), within the kernel's and the device's largest work-group.
+  product's shape (see GPU_TILES), within the kernel's and the device's largest work-group. For a
+  convolution it reads B as implicit im2col straight from the input images (`Gemm(..., kernel_size)`):
+  on a GPU, writing and reading back the column matrix took a third of ResNet-18's time.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ CPU_GROUP = (2, 32)
 #: whose columns need more is processed in chunks of items
 COLUMN_BYTES = 64 << 20
 
-#: gemm_gpu's tile configurations, largest first: (TM, TN, TK, RM, RN), work-group (TN/RN, TM/RM). Measured on an
-#: H100 over ResNet-18's b32 GEMMs, 128 x 128 tiles win only where the product fills them and has a tile for
-#: every compute unit; 64 x 64 wins elsewhere (see Gemm._gpu_tiles). 32 x 32 serves devices whose work-groups stop below 256.
+#: gemm_gpu's tile configurations, largest first: (TM, TN, TK, RM, RN), work-group (TN/RN, TM/RM). Measured
+#: on an H100 over ResNet-18's b32 GEMMs, 128 x 128 tiles win only where the product fills them and has a
+#: tile for every compute unit; 64 x 64 wins elsewhere (see Gemm._gpu_tiles). 32 x 32 (64 work-items)
+#: serves devices whose work-groups stop below 256.
 GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 
 
@@ -56,6 +59,8 @@ NO_BIAS, ROW_BIAS, COLUMN_BIAS = 0, 1, 2
 _ARG_TYPES = {"b": None, "i": np.int32, "l": np.int64}
 #: gemm_cpu's and gemm_gpu's arguments: C, A, B, bias, bias_mode, M, N, K, lda, ldb, ldc, then the stack
 GEMM_ARGS = "bbbb" + "i" * 8 + "l" * 9
+#: what implicit im2col adds to gemm_gpu's arguments
+IMAGE_FIELDS = ("height", "width", "out_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w")
 
 
 def typed_kernel(rt, file: str, name: str, args: str, options=()):
@@ -68,11 +73,15 @@ def typed_kernel(rt, file: str, name: str, args: str, options=()):
 
 class Gemm:
     """The GEMM kernels one layer uses on one runtime. `variant` "cpu" or "gpu" overrides the device rule
-    (tests run the GPU kernel on PoCL too: it must be right everywhere, only slower there)."""
+    (tests run the GPU kernel on PoCL too: it must be right everywhere, only slower there).
 
-    def __init__(self, rt, variant: str | None = None):
+    With a convolution's `kernel_size` (kh, kw), the GPU kernel is built for implicit im2col (`implicit`):
+    B is then the stack of input images and each call passes the convolution's `image` geometry."""
+
+    def __init__(self, rt, variant: str | None = None, kernel_size: tuple | None = None):
         self.rt = rt
         self.variant = variant or ("cpu" if rt.is_cpu else "gpu")
+        self.kernel_size = kernel_size
         # block (cpu) or tile (gpu) -> Kernel, kept here: rt.kernel re-reads and hashes the source on every call
         self.kernels = {}
         if self.variant == "gpu":
@@ -83,6 +92,7 @@ class Gemm:
             self.tiles = list(self.kernels)
             if not self.tiles:  # no work-group this device runs is big enough: the CPU kernel has no such need
                 self.variant = "cpu"
+        self.implicit = kernel_size is not None and self.variant == "gpu"
 
     # ---- kernels ------------------------------------------------------------------------------------
     def _cpu_kernel(self, n: int):
@@ -90,7 +100,7 @@ class Gemm:
         block = next(block for block in CPU_BLOCKS if block[0] <= n)
         kernel = self.kernels.get(block)
         if kernel is None:
-            width, nv, vn = block
+            _, nv, vn = block
             kernel = self.kernels[block] = typed_kernel(self.rt, "gemm.cl", "gemm_cpu", GEMM_ARGS,
                                                         [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}"])
         return kernel, block[0]
@@ -100,18 +110,23 @@ class Gemm:
         import pyopencl as cl
 
         tm, tn, tk, rm, rn = tile
-        kernel = typed_kernel(self.rt, "gemm.cl", "gemm_gpu", GEMM_ARGS,
-                              [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}"])
+        options = [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}"]
+        args = GEMM_ARGS
+        if self.kernel_size is not None:
+            options += [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}"]
+            args += "i" * len(IMAGE_FIELDS)
+        kernel = typed_kernel(self.rt, "gemm.cl", "gemm_gpu", args, options)
         limit = min(self.rt.device.max_work_group_size,
                     kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
         return kernel if (tn // rn) * (tm // rm) <= limit else None
 
     # ---- launching ----------------------------------------------------------------------------------
     def __call__(self, q, m: int, n: int, k: int, c: Matrix, a: Matrix, b: Matrix, *, groups: int = 1,
-                 items: int = 1, bias=None, bias_mode: int = NO_BIAS):
+                 items: int = 1, bias=None, bias_mode: int = NO_BIAS, image: tuple = ()):
         """Enqueue C = A @ B (+ bias) for `items` x `groups` products of (m, k) @ (k, n); returns the event.
 
-        bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS)."""
+        bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS).
+        image: with `implicit`, the IMAGE_FIELDS of the convolution whose im2col B stands for."""
         stack = items * groups
         args = (c.buffer, a.buffer, b.buffer, a.buffer if bias is None else bias, bias_mode, m, n, k, a.ld, b.ld,
                 c.ld, groups, a.offset, b.offset, c.offset, a.group, b.group, c.group, a.item, b.item, c.item)
@@ -124,7 +139,8 @@ class Gemm:
         tile = self._gpu_tiles(m, n, stack)
         tm, tn, _, rm, rn = tile
         local = (tn // rn, tm // rm)
-        return q.run(self.kernels[tile], (-(-n // tn) * local[0], -(-m // tm) * local[1], stack), (*local, 1), *args)
+        return q.run(self.kernels[tile], (-(-n // tn) * local[0], -(-m // tm) * local[1], stack), (*local, 1),
+                     *args, *image)
 
     def _cpu_group(self, column_blocks: int, row_blocks: int, stack: int) -> tuple:
         """CPU_GROUP, no larger than the product, halved (rows first) until every core gets a few groups."""

@@ -1,11 +1,13 @@
 """nn.ConvTranspose2d on OpenCL (GEMM, then col2im in cl/conv.cl) against its numpy forward, on the numpy
-tests' cases, with batches split into chunks and with the other device type's GEMM kernel."""
+tests' cases, with batches split into chunks, with the other device type's GEMM kernel and on the
+out-of-order queue of the levels schedule."""
 
 import numpy as np
 import pytest
 
 import kuiper.layers.gemm
 from conftest import assert_opencl_matches_numpy
+from kuiper.runtime.opencl import DeviceTensor, Enqueuer
 from test_conv_transpose2d import CASES, make_deconv
 
 RNG = np.random.default_rng(17)
@@ -33,3 +35,20 @@ def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
 def test_other_gemm_variant_opencl(cl_runtime, monkeypatch, name):
     monkeypatch.setattr(cl_runtime, "is_cpu", not cl_runtime.is_cpu)
     check(CASES[name], cl_runtime)
+
+
+def test_kernels_keep_their_order_on_the_out_of_order_queue(cl_runtime, monkeypatch):
+    """On the levels schedule a layer's kernels share an out-of-order queue and wait only for the layer's
+    producers: each chunk's col2im must still follow its GEMM, and the next GEMM that col2im (gemm.in_order)."""
+    monkeypatch.setattr(kuiper.layers.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
+    layer, _, _ = make_deconv(RNG, **CASES["stride2 pad1 outpad1 groups2"])
+    x = RNG.standard_normal(CASES["stride2 pad1 outpad1 groups2"]["input_shape"]).astype(np.float32)
+    expected = layer.run_numpy(x)[0]
+    layer.build_opencl(cl_runtime)
+    y = DeviceTensor(cl_runtime, cl_runtime.allocate(expected.nbytes), expected.shape)
+    for _ in range(5):  # a missing wait shows up as a race, not every time
+        q = Enqueuer(cl_runtime, levels=True)
+        q.begin(layer.op, ())
+        layer.forward_opencl(q, [DeviceTensor(cl_runtime, cl_runtime.upload(x), x.shape)], [y])
+        q.finish()
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
