@@ -198,6 +198,11 @@ class Conv2d(ConvLayer):
         totals = (d * (k - 1) for k, d in zip(self.kernel_size, self.dilation))
         return tuple((t // 2, t - t // 2) for t in totals)
 
+    def macs(self, input_shapes, output_shapes):
+        # each output element is a dot product over one group's (Cin/g, kh, kw) window
+        (kh, kw) = self.kernel_size
+        return math.prod(output_shapes[0]) * (self.in_channels // self.groups) * kh * kw
+
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])
         self.check_input(shape)

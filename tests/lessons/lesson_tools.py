@@ -113,3 +113,17 @@ def param_lines(path) -> list:
     """The operator lines of a .param file, each split into its whitespace-separated tokens."""
     lines = Path(path).read_text().splitlines()
     return [line.split() for line in lines[2:] if line.strip()]
+
+
+# every committed model, and a small branchy graph that lessons 5 and 10 build by hand
+MODEL_PARAMS = [MODELS / entry["param"] for entry in manifest()["models"].values()]
+
+BLOCK = """7767517
+6 5
+pnnx.Input       in0    0 1 x #x=(1,2,3,3)f32
+nn.ReLU          relu   1 1 x a #x=(1,2,3,3)f32 #a=(1,2,3,3)f32
+pnnx.Expression  scale  1 1 a b expr=mul(@0,2) #a=(1,2,3,3)f32 #b=(1,2,3,3)f32
+pnnx.Expression  add    2 1 b x c expr=add(@0,@1) #b=(1,2,3,3)f32 #x=(1,2,3,3)f32 #c=(1,2,3,3)f32
+nn.Sigmoid       sig    1 1 c d #c=(1,2,3,3)f32 #d=(1,2,3,3)f32
+pnnx.Output      out0   1 0 d
+"""

@@ -6,19 +6,8 @@ import pytest
 import kuiper
 from kuiper import GraphError, GraphState, ShapeError, UnsupportedOperatorError
 from kuiper.runtime.planner import Lifetime, assign_buffers
-from lesson_tools import MODELS, check_shell_commands, manifest, param_lines
+from lesson_tools import MODELS, check_shell_commands, manifest, param_lines, BLOCK, MODEL_PARAMS
 
-MODEL_PARAMS = [MODELS / entry["param"] for entry in manifest()["models"].values()]
-
-BLOCK = """7767517
-6 5
-pnnx.Input       in0    0 1 x #x=(1,2,3,3)f32
-nn.ReLU          relu   1 1 x a #x=(1,2,3,3)f32 #a=(1,2,3,3)f32
-pnnx.Expression  scale  1 1 a b expr=mul(@0,2) #a=(1,2,3,3)f32 #b=(1,2,3,3)f32
-pnnx.Expression  add    2 1 b x c expr=add(@0,@1) #b=(1,2,3,3)f32 #x=(1,2,3,3)f32 #c=(1,2,3,3)f32
-nn.Sigmoid       sig    1 1 c d #c=(1,2,3,3)f32 #d=(1,2,3,3)f32
-pnnx.Output      out0   1 0 d
-"""
 
 
 @pytest.fixture(scope="module", params=MODEL_PARAMS, ids=lambda p: p.parent.name)
