@@ -8,7 +8,6 @@ cl/batchnorm.cl: the same two operations per element).
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.gemm import typed_kernel
 from kuiper.layers.registry import register
 from kuiper.runtime.opencl import round_up
 
@@ -46,7 +45,7 @@ class BatchNorm2d(Layer):
 
     # ---- OpenCL (cl/batchnorm.cl) ----------------------------------------------------------------------
     def build_opencl(self, rt):
-        self.cl_kernel = typed_kernel(rt, "batchnorm.cl", "batchnorm", "bbbbii")
+        self.cl_kernel = rt.kernel("batchnorm.cl", "batchnorm")
         self.cl_scale, self.cl_shift = rt.upload(self.scale.ravel()), rt.upload(self.shift.ravel())
 
     def forward_opencl(self, q, inputs, outputs):

@@ -44,7 +44,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kuiper.layers.base import Layer
-from kuiper.layers.gemm import NO_BIAS, ROW_BIAS, Columns, Gemm, Matrix, in_order, typed_kernel
+from kuiper.layers.gemm import NO_BIAS, ROW_BIAS, Columns, Gemm, Matrix
 from kuiper.layers.registry import register
 from kuiper.runtime.opencl import round_up
 
@@ -326,7 +326,7 @@ class Conv2d(ConvLayer):
         self.cl_bias = None if self.bias is None else rt.upload(self.bias.ravel())
         # one input channel per group (depthwise, with any channel multiplier): too thin for a GEMM
         if self.in_channels == self.groups:
-            self.cl_depthwise = typed_kernel(rt, "conv.cl", "depthwise_conv2d", "bbbb" + "i" * 15)
+            self.cl_depthwise = rt.kernel("conv.cl", "depthwise_conv2d")
             self.cl_weight = rt.upload(self.w_kernel)
             return
         self.cl_depthwise = None
@@ -337,7 +337,7 @@ class Conv2d(ConvLayer):
         # im2col's entries on the fly (GPUs); otherwise im2col writes the column matrix first
         self.cl_direct = pointwise or self.gemm.implicit
         if not self.cl_direct:
-            self.cl_im2col = typed_kernel(rt, "conv.cl", "im2col", "bbl" + "i" * 15)
+            self.cl_im2col = rt.kernel("conv.cl", "im2col")
             self.cl_whole_rows = rt.is_cpu  # im2col's work-items: whole output rows on CPUs, pixels on GPUs
             self.cl_columns = Columns(rt)
 
@@ -366,11 +366,8 @@ class Conv2d(ConvLayer):
             return
         columns, span = self.cl_columns, wo if self.cl_whole_rows else 1
         for first, count in columns.chunks(items, g * k * ho * wo):
-            built = q.run(self.cl_im2col, (round_up(ho * -(-wo // span), 16), k, count * g), None, columns.buffer,
+            q.run(self.cl_im2col, (round_up(ho * -(-wo // span), 16), k, count * g), None, columns.buffer,
                           x.buffer, first * cin * h * w, span, g, cin_g, h, w, ho, wo, *geometry)
-            in_order(q, built)
-            product = self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
+            self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
                                 b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
                                 groups=g, items=count, **bias)
-            if first + count < items:
-                in_order(q, product)  # the next chunk's im2col overwrites the columns

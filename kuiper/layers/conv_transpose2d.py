@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from kuiper.layers.conv2d import ConvLayer, batched
-from kuiper.layers.gemm import Columns, Gemm, Matrix, in_order, typed_kernel
+from kuiper.layers.gemm import Columns, Gemm, Matrix
 from kuiper.layers.registry import register
 from kuiper.runtime.opencl import round_up
 
@@ -88,7 +88,7 @@ class ConvTranspose2d(ConvLayer):
     # ---- OpenCL ---------------------------------------------------------------------------------------
     def build_opencl(self, rt):
         self.gemm = Gemm(rt)
-        self.cl_col2im = typed_kernel(rt, "conv.cl", "col2im", "blbb" + "i" * 15)
+        self.cl_col2im = rt.kernel("conv.cl", "col2im")
         self.cl_weight = rt.upload(self.w_gemm)
         # without a bias col2im never reads its bias argument, but the argument needs a buffer
         self.cl_bias = rt.upload(self.bias.ravel()) if self.bias is not None else self.cl_weight
@@ -103,16 +103,13 @@ class ConvTranspose2d(ConvLayer):
         geometry = (*self.kernel_size, *self.stride, *self.padding, *self.dilation)
         items, columns = x.size // (cin * h * w), self.cl_columns
         for first, count in columns.chunks(items, g * rows * h * w):
-            taps = self.gemm(q, rows, h * w, cin_g,
+            self.gemm(q, rows, h * w, cin_g,
                              c=Matrix(columns.buffer, h * w, group=rows * h * w, item=g * rows * h * w),
                              a=Matrix(self.cl_weight, cin_g, group=rows * cin_g),
                              b=Matrix(x.buffer, h * w, group=cin_g * h * w, item=cin * h * w,
                                       offset=first * cin * h * w),
                              groups=g, items=count)
-            in_order(q, taps)
-            folded = q.run(self.cl_col2im, (round_up(ho * wo, 16), self.out_channels, count), None,
+            q.run(self.cl_col2im, (round_up(ho * wo, 16), self.out_channels, count), None,
                            y.buffer, first * self.out_channels * ho * wo, columns.buffer, self.cl_bias,
                            int(self.bias is not None), self.out_channels, self.out_channels // g, h, w, ho, wo,
                            *geometry)
-            if first + count < items:
-                in_order(q, folded)  # the next chunk's GEMM overwrites the columns

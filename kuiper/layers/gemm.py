@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
-
 from kuiper.runtime.opencl import round_up
 
 #: gemm_cpu's register block: MB rows by NV vectors of 16 columns (24 AVX2/AVX-512 ymm accumulators:
@@ -56,19 +54,6 @@ class Matrix(NamedTuple):
 
 NO_BIAS, ROW_BIAS, COLUMN_BIAS = 0, 1, 2
 
-_ARG_TYPES = {"b": None, "i": np.int32, "l": np.int64}
-#: gemm_cpu's and gemm_gpu's arguments: C, A, B, bias, bias_mode, M, N, K, lda, ldb, ldc, then the stack
-GEMM_ARGS = "bbbb" + "i" * 8 + "l" * 9
-#: what implicit im2col adds to gemm_gpu's arguments
-IMAGE_FIELDS = ("height", "width", "out_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w")
-
-
-def typed_kernel(rt, file: str, name: str, args: str, options=()):
-    """rt.kernel with its argument types declared, one letter per argument (b buffer, i int, l long), so that
-    launches take plain Python ints: pyopencl then packs 20 scalars in ~5 us instead of ~300 us (PoCL)."""
-    kernel = rt.kernel(file, name, options)
-    kernel.set_scalar_arg_dtypes([_ARG_TYPES[letter] for letter in args])
-    return kernel
 
 
 class Gemm:
@@ -101,8 +86,8 @@ class Gemm:
         kernel = self.kernels.get(block)
         if kernel is None:
             _, nv, vn = block
-            kernel = self.kernels[block] = typed_kernel(self.rt, "gemm.cl", "gemm_cpu", GEMM_ARGS,
-                                                        [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}"])
+            kernel = self.kernels[block] = self.rt.kernel("gemm.cl", "gemm_cpu",
+                                                          [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}"])
         return kernel, block[0]
 
     def _gpu_kernel(self, tile):
@@ -111,11 +96,9 @@ class Gemm:
 
         tm, tn, tk, rm, rn = tile
         options = [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}"]
-        args = GEMM_ARGS
         if self.kernel_size is not None:
             options += [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}"]
-            args += "i" * len(IMAGE_FIELDS)
-        kernel = typed_kernel(self.rt, "gemm.cl", "gemm_gpu", args, options)
+        kernel = self.rt.kernel("gemm.cl", "gemm_gpu", options)
         limit = min(self.rt.device.max_work_group_size,
                     kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
         return kernel if (tn // rn) * (tm // rm) <= limit else None
@@ -126,7 +109,8 @@ class Gemm:
         """Enqueue C = A @ B (+ bias) for `items` x `groups` products of (m, k) @ (k, n); returns the event.
 
         bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS).
-        image: with `implicit`, the IMAGE_FIELDS of the convolution whose im2col B stands for."""
+        image: with `implicit`, the geometry of the convolution whose im2col B stands for: (height, width,
+        out_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w)."""
         stack = items * groups
         args = (c.buffer, a.buffer, b.buffer, a.buffer if bias is None else bias, bias_mode, m, n, k, a.ld, b.ld,
                 c.ld, groups, a.offset, b.offset, c.offset, a.group, b.group, c.group, a.item, b.item, c.item)
@@ -181,12 +165,3 @@ class Columns:
             self.buffer = self.rt.allocate(self.nbytes)
         return [(first, min(per_chunk, items - first)) for first in range(0, items, per_chunk)]
 
-
-def in_order(q, event) -> None:
-    """Make what a layer enqueues next wait for `event` (its previous kernel): on the levels schedule the
-    queue runs out of order and a layer's kernels wait only for the layer's producers. A barrier that waits
-    for `event` holds back every later command until it is done; the in-order queue needs nothing."""
-    if q.levels:
-        import pyopencl as cl
-
-        cl.enqueue_barrier(q.queue, wait_for=[event])
