@@ -11,7 +11,8 @@ int3 output_position(int i, int out_h, int out_w) {
 }
 
 // PyTorch's max: a larger value or a NaN takes over, so a NaN stays once met (as numpy's maximum).
-bool takes_over(float candidate, float best) { return candidate > best || isnan(candidate); }
+// (x != x rather than isnan(): PoCL calls isnan out of line, which made this kernel twice as slow)
+bool takes_over(float candidate, float best) { return candidate > best || candidate != candidate; }
 
 // ---- windows: output o along an axis starts at o * stride - padding, its taps lie dilation apart ----------
 // Taps in the padding are skipped; an output none of whose taps reaches the input stays -inf.

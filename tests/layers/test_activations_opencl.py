@@ -20,5 +20,6 @@ ACTIVATIONS = [
 def test_activation_opencl_matches_numpy(cl_runtime, type_, params, shape):
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32) * 6
     x.flat[0] = -60.0  # far tails: overflow-free formulas on both paths
+    x.flat[-1] = np.nan  # passed through as PyTorch does (OpenCL's fmax/clamp would drop it)
     layer = make_layer(type_, params=params, input_shapes=[shape])
     assert_opencl_matches_numpy(layer, cl_runtime, x)
