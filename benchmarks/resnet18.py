@@ -1,33 +1,45 @@
-"""ResNet-18 forward time: kuiper next to torch eager, each validated before it is timed.
+"""ResNet-18 forward time: kuiper's backends next to torch eager, each validated before it is timed.
 
-    python benchmarks/resnet18.py [--batch 1] [--runs 20] [--warmup 3] [--threads 2] [--backend numpy]
+    python benchmarks/resnet18.py [--batch 1] [--runs 20] [--warmup 3] [--threads 2]
+                                  [--engines numpy,torch] [--device SPEC] [--torch-device cpu|cuda]
+                                  [--json FILE]
+
+Engines: `numpy`, `opencl` (in-order queue), `opencl-levels` (levelized schedule on an out-of-order queue)
+and `torch` (eager, on --torch-device; on CUDA with TF32 off so that both sides compute in fp32). Every
+engine is timed end to end: the input comes from host memory and the logits go back to it.
 
 Both sides run the same weights (tools/export_models.build_model rebuilds the exported torch model), and
-both are first checked against the PyTorch output saved in models/ (llm.c's habit: never time a wrong
-kernel). torch is optional: without it only kuiper is timed. Prints one line per engine: median and
-best of `--runs` forwards after `--warmup` untimed ones.
+every engine is first checked against the PyTorch output saved in models/ (llm.c's habit: never time a
+wrong kernel). A batch with no saved reference takes its images, and their reference logits, in turn from
+the saved batch of 8. Prints one line per engine: median and best of `--runs` forwards after `--warmup`
+untimed ones; --json also writes them to a file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+MODEL_DIR = ROOT / "models" / "resnet18"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=1, choices=(1, 3, 8), help="a batch with saved references")
+    parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads")
-    parser.add_argument("--backend", default="numpy")
-    parser.add_argument("--no-torch", action="store_true", help="time kuiper only")
+    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch")
+    parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
+    parser.add_argument("--torch-device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
     # thread counts must be fixed before numpy (and its BLAS) is imported
@@ -36,36 +48,14 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     import numpy as np
 
-    import kuiper
-
-    model_dir = ROOT / "models" / "resnet18"
-    x = np.load(model_dir / f"b{args.batch}_in0.npy")
-    reference = np.load(model_dir / f"b{args.batch}_out0.npy")
-
-    graph = kuiper.load(model_dir / "resnet18.pnnx.param", backend=args.backend)
-    results = [("kuiper-" + args.backend, lambda: graph.forward(x)[0])]
-    if not args.no_torch:
-        try:
-            import torch
-
-            from tools.export_models import build_model
-        except ImportError as e:
-            print(f"torch not available ({e}); timing kuiper only")
-        else:
-            torch.set_num_threads(args.threads)
-            model = build_model("resnet18")
-            tx = torch.from_numpy(x)
-
-            def torch_forward():
-                with torch.no_grad():
-                    return model(tx).numpy()
-
-            results.append((f"torch-{torch.__version__}-eager", torch_forward))
+    x, reference = batch_case(np, args.batch)
+    engines = [make_engine(name, args, x) for name in args.engines.split(",")]
+    tolerance = 1e-4 * max(1.0, float(np.abs(reference).max()))
 
     print(f"ResNet-18, batch {args.batch}, {args.threads} thread(s), median of {args.runs} after {args.warmup} warm-up")
-    for name, forward in results:
+    results = []
+    for name, forward in filter(None, engines):
         out = forward()
-        tolerance = 1e-4 * max(1.0, float(np.abs(reference).max()))
         if not np.allclose(out, reference, rtol=1e-4, atol=tolerance):
             raise SystemExit(f"{name}: output does not match the saved reference; not timing it")
         for _ in range(args.warmup):
@@ -76,8 +66,64 @@ def main() -> None:
             forward()
             times.append(time.perf_counter() - started)
         median = statistics.median(times)
-        print(f"  {name:<28} median {median * 1e3:8.2f} ms   best {min(times) * 1e3:8.2f} ms   "
+        results.append({"engine": name, "median_ms": median * 1e3, "best_ms": min(times) * 1e3,
+                        "images_per_s": args.batch / median})
+        print(f"  {name:<48} median {median * 1e3:8.2f} ms   best {min(times) * 1e3:8.2f} ms   "
               f"{args.batch / median:8.1f} images/s")
+    if args.json:
+        args.json.write_text(json.dumps({"batch": args.batch, "runs": args.runs, "threads": args.threads,
+                                         "machine": platform.node(), "results": results}, indent=2))
+
+
+def batch_case(np, batch: int):
+    """The input and its saved PyTorch logits: the saved batch of that size, else images of the batch of 8."""
+    saved = MODEL_DIR / f"b{batch}_in0.npy"
+    if saved.exists():
+        return np.load(saved), np.load(MODEL_DIR / f"b{batch}_out0.npy")
+    rows = np.arange(batch) % 8
+    return np.load(MODEL_DIR / "b8_in0.npy")[rows], np.load(MODEL_DIR / "b8_out0.npy")[rows]
+
+
+def make_engine(name: str, args, x):
+    """(label, forward) for one engine, or None when torch is not installed."""
+    if name == "torch":
+        return torch_engine(args, x)
+    import kuiper
+
+    backend, _, schedule = name.partition("-")
+    options = {"device": args.device, "schedule": schedule} if backend == "opencl" else {}
+    graph = kuiper.load(MODEL_DIR / "resnet18.pnnx.param", backend=backend, **{k: v for k, v in options.items() if v})
+    label = f"kuiper-{name}"
+    if backend == "opencl":
+        from kuiper.runtime.opencl import describe
+
+        label += f" ({describe(graph.runtime.device)['name']})"
+    return label, lambda: graph.forward(x)[0]
+
+
+def torch_engine(args, x):
+    try:
+        import torch
+
+        from tools.export_models import build_model
+    except ImportError as e:
+        print(f"torch not available ({e}); not timing it")
+        return None
+    torch.set_num_threads(args.threads)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = torch.device(args.torch_device)
+    model = build_model("resnet18").to(device)
+    tx = torch.from_numpy(x)
+
+    def forward():
+        with torch.no_grad():
+            return model(tx.to(device)).cpu().numpy()  # .cpu() waits for the GPU
+
+    label = f"torch-{torch.__version__}-eager-{args.torch_device}"
+    if device.type == "cuda":
+        label += f" ({torch.cuda.get_device_name(device)})"
+    return label, forward
 
 
 if __name__ == "__main__":
