@@ -14,6 +14,7 @@ expensive: PoCL takes ~0.2-2 s per program). Layers talk to it in two moments:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from pathlib import Path
@@ -211,16 +212,15 @@ def _source_and_hash(path: Path) -> tuple:
     return source, digest.hexdigest()
 
 
-#: OpenCL C scalar types -> numpy; anything else (pointers, vectors, structs) is passed as given
-_SCALARS = {"char": np.int8, "uchar": np.uint8, "short": np.int16, "ushort": np.uint16, "int": np.int32,
-            "uint": np.uint32, "long": np.int64, "ulong": np.uint64, "float": np.float32, "double": np.float64}
-
-
 def _scalar_types(kernel) -> list:
-    """One numpy dtype per argument of a kernel (None for buffers), from its arg info."""
+    """One numpy dtype per argument of a kernel, from its arg info: pyopencl.cltypes names a dtype for every
+    OpenCL C scalar and vector type (int, float, int8, ...); pointers get None (passed as given)."""
     cl = _cl()
+    from pyopencl import cltypes
+
     count = kernel.get_info(cl.kernel_info.NUM_ARGS)
-    return [_SCALARS.get(kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip()) for i in range(count)]
+    names = [kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip() for i in range(count)]
+    return [None if name.endswith("*") else getattr(cltypes, name, None) for name in names]
 
 
 def _build_log(error) -> str:
@@ -245,13 +245,14 @@ def get_runtime(spec: str | None = None) -> OpenCLRuntime:
 class DeviceTensor(Tensor):
     """A tensor whose elements live in a device buffer (offset 0). `numpy()` downloads them."""
 
-    __slots__ = ("buffer", "_shape", "_dtype", "runtime")
+    __slots__ = ("buffer", "_shape", "_dtype", "_size", "runtime")
 
     def __init__(self, runtime: OpenCLRuntime, buffer, shape: tuple, dtype=np.float32):
         self.runtime = runtime
         self.buffer = buffer
         self._shape = tuple(shape)
         self._dtype = np.dtype(dtype)
+        self._size = math.prod(self._shape)  # kept: layers ask for it on every launch
 
     @property
     def data(self):
@@ -271,7 +272,7 @@ class DeviceTensor(Tensor):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64))
+        return self._size
 
     @property
     def nbytes(self) -> int:
@@ -363,10 +364,8 @@ class Enqueuer:
     def run(self, kernel, global_size, local_size, *args):
         """Enqueue one kernel over `global_size` work-items (local size None lets the driver choose)."""
         kernel.set_args(*args)
-        return self._issued(_cl().enqueue_nd_range_kernel(
-            self.queue, kernel, tuple(int(g) for g in global_size),
-            None if local_size is None else tuple(int(l) for l in local_size), wait_for=self._wait,
-        ))
+        return self._issued(_cl().enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size,
+                                                           wait_for=self._wait))
 
     def write(self, buffer, array: np.ndarray):
         """Upload a host array without waiting (the final blocking read orders everything after it)."""
