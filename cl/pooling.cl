@@ -37,7 +37,7 @@ __kernel void max_pool2d(__global float* restrict y, __global const float* restr
     y[i] = best;
 }
 
-// The window's sum in tap order (rows, then columns: numpy's order, so the sums are bit-identical), divided by
+// The window's sum as numpy adds it, so the sums are bit-identical: each row's taps, then the rows; divided by
 // divisor_override when it is not 0, else by the window's size: the positions inside the input, plus with
 // count_include_pad those in the padding, never the part of a ceil_mode window past the right padding.
 __kernel void avg_pool2d(__global float* restrict y, __global const float* restrict x, const int n,
@@ -52,7 +52,9 @@ __kernel void avg_pool2d(__global float* restrict y, __global const float* restr
     const int top = p.y * stride_h - pad_h, left = p.x * stride_w - pad_w;
     float sum = 0.0f;
     for (int h = max(top, 0); h < min(top + kernel_h, height); ++h) {
-        for (int w = max(left, 0); w < min(left + kernel_w, width); ++w) sum += plane[h * width + w];
+        float row = 0.0f;
+        for (int w = max(left, 0); w < min(left + kernel_w, width); ++w) row += plane[h * width + w];
+        sum += row;
     }
     const int bottom = min(top + kernel_h, height + pad_h), right = min(left + kernel_w, width + pad_w);
     const int rows = count_include_pad ? bottom - top : min(bottom, height) - max(top, 0);

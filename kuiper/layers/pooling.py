@@ -2,9 +2,11 @@
 
 Along one axis, window `o` starts at input position `o * stride - padding`, and its `kernel` taps lie
 `dilation` apart. Rather than visiting the output positions one by one, forward visits the kernel's taps:
-tap (i, j) of every window is one strided view of the input, so pooling is kernel_h * kernel_w whole-array
-operations. Padding is never built: a tap only updates the outputs whose tap falls inside the input, which
-is how PyTorch ignores padded positions (max pooling) or counts them only in the divisor (average pooling).
+tap j of every window along W is one strided view of the input, so a pass along an axis is `kernel` whole-
+array operations. Max and sum are separable, so pooling is two such passes: each input row's windows along
+W, then those results' windows along H (kernel_h + kernel_w operations instead of kernel_h * kernel_w).
+Padding is never built: a tap only updates the outputs whose tap falls inside the input, which is how
+PyTorch ignores padded positions (max pooling) or counts them only in the divisor (average pooling).
 
 On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules.
 """
@@ -61,7 +63,7 @@ def axis_window_sizes(size: int, kernel: int, stride: int, padding: int, ceil_mo
 
 
 class Pool2d(Layer):
-    """What max and average pooling share: the window parameters, shape inference and the tap loop."""
+    """What max and average pooling share: the window parameters, shape inference and the tap passes."""
 
     #: whether the type has a dilation parameter (average pooling has none)
     has_dilation: bool
@@ -102,11 +104,17 @@ class Pool2d(Layer):
 
     def forward_numpy(self, inputs, outputs):
         x, out = inputs[0], outputs[0]
+        rows = np.empty(x.shape[:-1] + out.shape[-1:], dtype=x.dtype)  # every input row pooled along W
+        self.pool_axis(rows, x, -1)
+        self.pool_axis(out, rows, -2)
+
+    def pool_axis(self, out, x, axis: int) -> None:
+        """Pool x along one axis (-1: W, -2: H) into out, tap by tap."""
+        after = (slice(None),) * (-1 - axis)  # the axes behind the pooled one
         out.fill(self.start_value)
-        for out_h, in_h in axis_taps(*self.window_args(x.shape[-2], 0)):
-            for out_w, in_w in axis_taps(*self.window_args(x.shape[-1], 1)):
-                window_tap = out[..., out_h, out_w]
-                self.combine(window_tap, x[..., in_h, in_w], out=window_tap)
+        for out_part, in_part in axis_taps(*self.window_args(x.shape[axis], axis + 2)):
+            window_tap = out[(..., out_part, *after)]
+            self.combine(window_tap, x[(..., in_part, *after)], out=window_tap)
 
     # ---- OpenCL --------------------------------------------------------------------------------------
     def build_opencl(self, rt):
