@@ -2,6 +2,7 @@
 
 from kuiper.errors import (
     BackendError,
+    CustomOpError,
     GraphError,
     InputError,
     KernelBuildError,
@@ -19,7 +20,7 @@ from kuiper.runtime import GraphState, KuiperWarning, RuntimeGraph, load
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendError", "GraphError", "InputError", "KernelBuildError", "KuiperError", "LayerError",
+    "BackendError", "CustomOpError", "GraphError", "InputError", "KernelBuildError", "KuiperError", "LayerError",
     "PnnxFormatError", "ShapeError", "UnsupportedOperatorError", "GraphState", "KuiperWarning",
     "RuntimeGraph", "Tensor", "load", "pnnx",
 ]

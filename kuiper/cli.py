@@ -50,9 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kuiper {kuiper.__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
+    custom = argparse.ArgumentParser(add_help=False)
+    custom.add_argument("--custom-op", action="append", metavar="PATH",
+                        help="a custom operator config (.toml) or a directory of them (repeatable; "
+                             "adds to KUIPER_CUSTOM_OPS)")
     sub = parser.add_subparsers(title="commands")
 
-    run = sub.add_parser("run", parents=[common], help="run a model (default: the embedded ResNet-18)")
+    run = sub.add_parser("run", parents=[common, custom], help="run a model (default: the embedded ResNet-18)")
     run.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
     run.add_argument("--input", help="a .npy array, or an image (resized and normalized ImageNet-style)")
     run.add_argument("--backend", default="numpy", choices=("numpy", "opencl"), help="numpy (default) or opencl")
@@ -60,12 +64,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
     run.add_argument("--batch", type=int, help="run at this batch size (the input is repeated or drawn)")
     run.add_argument("--profile", action="store_true", help="time every operator")
+    run.add_argument("--tune", action="store_true",
+                     help="opencl: measure each layer's kernel variants once per shape and keep the fastest "
+                          "(remembered in KUIPER_TUNING_CACHE, default ~/.cache/kuiper/tuning.json)")
     run.add_argument("--trace", action="store_true", help="print the BFS execution order with meet_num")
     run.add_argument("--topk", type=int, default=5, help="how many top logits to show (default 5)")
     run.add_argument("--repeat", type=int, default=1, help="run forward this many times, report the median")
     run.set_defaults(func=cmd_run, debug=False)
 
-    inspect = sub.add_parser("inspect", parents=[common], help="operators, shapes, FLOPs, memory of a model")
+    inspect = sub.add_parser("inspect", parents=[common, custom], help="operators, shapes, FLOPs, memory of a model")
     inspect.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
     inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W",
                          help="inspect at this input shape (once per graph input)")
@@ -104,7 +111,8 @@ def cmd_run(args) -> None:
     console = Console()
     param = Path(args.model) if args.model else DEFAULT_MODEL
     _require(param, "model")
-    graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule)
+    graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
+                        custom_ops=args.custom_op, tuning="measure" if args.tune else None)
     inputs, reference = _inputs_for(graph, param, args)
     shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs)
     where = args.backend
@@ -156,7 +164,7 @@ def _saved_case(param: Path, batch):
     if not manifest_path.exists():
         return None
     manifest = json.loads(manifest_path.read_text())
-    for entry in manifest["models"].values():
+    for entry in [*manifest["models"].values(), *manifest.get("custom_op_models", {}).values()]:
         if (manifest_path.parent / entry["param"]).resolve() != param.resolve():
             continue
         for case in entry["cases"]:
@@ -219,10 +227,12 @@ def _print_profile(console, graph) -> None:
         return [f"{host * 1e3:.3f}"] + ([f"{device * 1e3:.3f}"] if on_device else []) + [f"{100 * share:.1f}"]
 
     table = Table(title="time per operator (last forward)")
-    for col in ["operator", "type"] + columns:
-        table.add_column(col, justify="left" if col in ("operator", "type") else "right")
+    names = ["operator", "type"] + (["variant"] if on_device else [])  # the kernel variant chosen for the shape
+    for col in names + columns:
+        table.add_column(col, justify="left" if col in names else "right")
     for op, host, device in graph.last_profile:
-        table.add_row(op.name, op.type, *cells(host, device))
+        variant = [graph.last_variants.get(op.name, "")] if on_device else []
+        table.add_row(op.name, op.type, *variant, *cells(host, device))
     console.print(table)
     by_type = Table(title="time per type")
     for col in ["type", "count"] + columns:
@@ -243,7 +253,7 @@ def cmd_inspect(args) -> None:
     console = Console()
     param = Path(args.model) if args.model else DEFAULT_MODEL
     _require(param, "model")
-    graph = RuntimeGraph(param).init()
+    graph = RuntimeGraph(param, custom_ops=args.custom_op).init()
     console.print(f"[bold]{param}[/]: {len(graph.operators)} operators, {len(graph.operands)} operands")
     missing = graph.missing_types()
     if missing:
@@ -277,6 +287,11 @@ def cmd_inspect(args) -> None:
         f"peak activation memory: {memory['planned'] / 2**20:.2f} MiB planned in {memory['buffers']} shared buffers "
         f"(+ graph outputs), vs {memory['unplanned'] / 2**20:.2f} MiB with one buffer per tensor"
     )
+    served = inspection.custom_operators(graph)
+    if served:
+        console.print("served by custom OpenCL operators:")
+        for op, config in served:
+            console.print(f"  {op.name} ({op.type}) <- {config}", highlight=False, soft_wrap=True)
 
 
 def _shapes(shapes: list) -> str:

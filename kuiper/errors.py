@@ -41,3 +41,8 @@ class KernelBuildError(BackendError):
         self.file = file
         self.options = options
         self.log = log
+
+
+class CustomOpError(KuiperError):
+    """A custom operator (a kernel file plus its TOML config) is not valid; the message names the config
+    file and the key at fault."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kuiper.custom import CustomLayer
 from kuiper.runtime.graph import INPUT, STRUCTURAL, RuntimeGraph
 
 
@@ -31,6 +32,11 @@ def operator_rows(graph: RuntimeGraph, plan) -> list:
         macs = op.layer.macs(ins, outs) if op.layer is not None else 0
         rows.append(OperatorRow(op.name, op.type, ins, outs, params, macs))
     return rows
+
+
+def custom_operators(graph: RuntimeGraph) -> list:
+    """[(operator, config path)] for each operator of a built graph that a custom operator serves."""
+    return [(op, op.layer.config.path) for op in graph.order if isinstance(op.layer, CustomLayer)]
 
 
 def activation_memory(graph: RuntimeGraph, plan) -> dict:

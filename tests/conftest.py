@@ -38,6 +38,16 @@ def manifest() -> dict:
     return load_manifest()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tuning_cache_in_tmp(tmp_path_factory):
+    """No test reads or writes the user's tuning cache (kuiper/runtime/variants.py), and every graph starts by
+    rule, whatever the environment says: tests of measurement ask for it themselves."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("KUIPER_TUNING", raising=False)
+        patch.setenv("KUIPER_TUNING_CACHE", str(tmp_path_factory.mktemp("tuning") / "tuning.json"))
+        yield
+
+
 # ---- OpenCL: every test that takes `cl_runtime` runs once per available OpenCL device ----------------
 def _opencl_devices() -> list:
     try:
@@ -58,13 +68,24 @@ def cl_runtime(request):
     return get_runtime(request.param)
 
 
-def assert_opencl_matches_numpy(layer, rt, *inputs, rtol=1e-4):
-    """The ncnn-style check: the layer's OpenCL forward equals its numpy forward on the same inputs."""
+def assert_opencl_matches_numpy(layer, rt, *inputs, rtol=1e-4, variant=None):
+    """The ncnn-style check: the layer's OpenCL forward (with `variant`, else the one its rule picks) equals
+    its numpy forward on the same inputs."""
     assert layer.supports_opencl, f"{type(layer).__name__} has no OpenCL forward"
     expected = layer.run_numpy(*inputs)
-    got = layer.run_opencl(rt, *inputs)
+    got = layer.run_opencl(rt, *inputs, variant=variant)
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.shape == e.shape and g.dtype == e.dtype
         scale = max(1.0, float(np.abs(e).max())) if e.size else 1.0
         np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale)
+
+
+def assert_every_variant_matches_numpy(layer, rt, *inputs, rtol=1e-4) -> list:
+    """The same check for every kernel variant able to run these inputs (kuiper/runtime/variants.py), not only
+    the one the rule picks on this device: a shape measured elsewhere may pick any of them. Returns their names."""
+    layer.build_opencl(rt)
+    names = layer.variants.candidates(tuple(np.shape(x) for x in inputs))
+    for name in names:
+        assert_opencl_matches_numpy(layer, rt, *inputs, rtol=rtol, variant=name)
+    return names

@@ -14,7 +14,9 @@ in eval mode. For each model the tool writes into OUT/NAME/:
     weights.npz                        torch's values of a few attributes pnnx stores untransformed,
                                        keyed "<pnnx operator name>.<attribute>"
 
-and then OUT/manifest.json, which the tests read.
+and then OUT/manifest.json, which the tests read. A model that runs only with custom operators (pnnx
+kept one of its modules whole) is listed under "custom_op_models" rather than "models", with the configs
+that serve it, so that suites running every model with the built-in layers leave it out.
 """
 
 from __future__ import annotations
@@ -347,6 +349,33 @@ class ReshapeBatch(nn.Module):
         return boxes, self.fc(x.view(n, -1))
 
 
+class ChannelScale(nn.Module):
+    """x * scale[c] + shift[c]. Exported with pnnx's moduleop option it stays one operator, of type
+    `ChannelScale`, with the weights @scale and @shift: examples/custom_ops/channel_scale serves it."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.rand(channels) + 0.5)
+        self.shift = nn.Parameter(torch.randn(channels) * 0.5)
+
+    def forward(self, x):
+        per_channel = (1, -1, 1, 1)
+        return x * self.scale.view(per_channel) + self.shift.view(per_channel)
+
+
+class CustomScale(nn.Module):
+    """Input 2x5x7x9: a module no built-in layer serves, then a Hardtanh a custom operator can override."""
+
+    def __init__(self):
+        super().__init__()
+        self.channel_scale = ChannelScale(5)
+        self.hardtanh = nn.Hardtanh(-0.5, 0.75)
+
+    def forward(self, x):
+        y = self.channel_scale(x)
+        return y, self.hardtanh(y)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -361,6 +390,8 @@ class Spec:
     # except a convolution it folded a BatchNorm into (convbn2d_N), whose weights changed anyway
     weights: tuple
     input_scale: float = 1.0
+    module_operators: tuple = ()  # module classes pnnx keeps whole (its moduleop option)
+    custom_ops: tuple = ()        # the configs that serve them, from the repository root
 
 
 SPECS = {
@@ -432,6 +463,16 @@ SPECS = {
         "the export batch (2) into the shapes; also run at batch 4.",
         (("b2", ((2, 6, 8, 10),)), ("b4", ((4, 6, 8, 10),))),
         ("conv.weight", "conv.bias", "fc.bias"),
+    ),
+    "custom_scale": Spec(
+        CustomScale,
+        "A user module kept whole by pnnx (moduleop): ChannelScale, x * @scale[c] + @shift[c], then "
+        "Hardtanh(-0.5,0.75); runs with the custom operator examples/custom_ops/channel_scale; also run "
+        "at 1x5x4x6.",
+        (("b2", ((2, 5, 7, 9),)), ("b1_4x6", ((1, 5, 4, 6),))),
+        ("channel_scale.scale", "channel_scale.shift"),
+        module_operators=("ChannelScale",),
+        custom_ops=("examples/custom_ops/channel_scale/channel_scale.toml",),
     ),
 }
 
@@ -517,7 +558,8 @@ def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
         log = Path(tmp) / "pnnx.log"
         try:
             with output_to(log):
-                pnnx.export(model, str(Path(tmp) / f"{name}.pt"), tuple(cases[0][1]))
+                pnnx.export(model, str(Path(tmp) / f"{name}.pt"), tuple(cases[0][1]),
+                            moduleop=list(spec.module_operators) or None)
         except BaseException:
             sys.stderr.write(log.read_text()[-4000:])
             raise
@@ -547,7 +589,7 @@ def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
     if size > WEIGHTS_LIMIT:
         raise SystemExit(f"{name}: weights.npz is {size} bytes, over {WEIGHTS_LIMIT}")
 
-    return {
+    entry = {
         "param": f"{name}/{name}.pnnx.param",
         "bin": f"{name}/{name}.pnnx.bin",
         "description": spec.description,
@@ -555,6 +597,9 @@ def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
         "cases": entry_cases,
         "weights": f"{name}/weights.npz",
     }
+    if spec.custom_ops:  # relative to the manifest, as every other path in it
+        entry["custom_ops"] = [os.path.relpath(ROOT / config, out_dir) for config in spec.custom_ops]
+    return entry
 
 
 def main(argv=None) -> None:
@@ -567,7 +612,10 @@ def main(argv=None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = out_dir / "manifest.json"
     # with --only, the other models' entries stay as they were
-    previous = json.loads(manifest_path.read_text())["models"] if args.only and manifest_path.exists() else {}
+    previous = {}
+    if args.only and manifest_path.exists():
+        old = json.loads(manifest_path.read_text())
+        previous = {**old["models"], **old.get("custom_op_models", {})}
 
     entries = {}
     for name in args.only or SPECS:
@@ -580,8 +628,10 @@ def main(argv=None) -> None:
         "generator": "tools/export_models.py",
         "pnnx_version": pnnx.__version__,
         "torch_version": torch.__version__,
-        "models": {name: entries.get(name) or previous[name] for name in SPECS if name in entries or name in previous},
     }
+    for section, custom in (("models", False), ("custom_op_models", True)):
+        manifest[section] = {name: entries.get(name) or previous[name] for name, spec in SPECS.items()
+                             if bool(spec.custom_ops) == custom and (name in entries or name in previous)}
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {manifest_path}")
 

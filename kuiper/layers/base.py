@@ -30,6 +30,9 @@ class Layer:
     #: how many input tensors the layer takes; None means "at least min_inputs"
     num_inputs: int | None = 1
     min_inputs: int = 1
+    #: on OpenCL, the kernel variants to choose from per input shape (kuiper/runtime/variants.py), set by
+    #: build_opencl in layers that have several; None: a single way to compute
+    variants = None
 
     def __init__(self, op):
         self.op = op
@@ -173,17 +176,20 @@ class Layer:
         self.forward_numpy(inputs, outputs)
         return outputs
 
-    def run_opencl(self, rt, *inputs: np.ndarray) -> list:
+    def run_opencl(self, rt, *inputs: np.ndarray, variant: str | None = None) -> list:
         """Run this layer alone on an OpenCL device: upload the inputs, run forward_opencl, download.
 
         The OpenCL twin of run_numpy, for tests and lessons (the graph uploads weights once per build and
-        keeps activations on the device; here everything crosses the host boundary each call)."""
+        keeps activations on the device; here everything crosses the host boundary each call). `variant`
+        names one of the layer's variants to run instead of the one its rule picks."""
         from kuiper.runtime.opencl import DeviceTensor, Enqueuer
 
         inputs = [np.ascontiguousarray(x) for x in inputs]
         shapes = self.output_shapes([tuple(x.shape) for x in inputs])
         dtypes = self.output_dtypes([x.dtype for x in inputs])
         self.build_opencl(rt)
+        if variant is not None:
+            self.variants.use([x.shape for x in inputs], variant)
         device_in = [DeviceTensor(rt, rt.upload(x), x.shape, x.dtype) for x in inputs]
         device_out = [DeviceTensor(rt, rt.allocate(np.prod(s, dtype=np.int64) * np.dtype(d).itemsize), s, d)
                       for s, d in zip(shapes, dtypes)]

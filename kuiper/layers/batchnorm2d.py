@@ -3,6 +3,10 @@
 With frozen statistics this is an affine map per channel, y = x * scale + shift, so the constructor folds
 the four vectors into `scale` and `shift` once and forward is a multiply and an add (on OpenCL,
 cl/batchnorm.cl: the same two operations per element).
+
+On OpenCL the N * C planes of H * W pixels can be split over work-items in three ways, the layer's variants
+(kuiper/runtime/variants.py): "plane" (a work-item per pixel), "channel" (a work-item per plane) and "tiled"
+(a work-item per TILE pixels of a plane). `rule` says which one suits a shape on a device.
 """
 
 import numpy as np
@@ -10,6 +14,31 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.runtime.opencl import round_up
+from kuiper.runtime.variants import Variant, Variants
+
+#: "tiled" gives each work-item this many pixels: 4 KiB of input, a loop long enough to run at full SIMD
+#: speed, while a 224x224 plane still splits into 49 work-items, enough for every core of a CPU
+TILE = 1024
+#: "plane" rounds each plane up to a row of this many work-items (see forward); on a GPU, planes smaller than
+#: that leave most of the row idle, and "channel" serves them better
+ROW = 16
+
+
+def rule(shape: tuple, is_cpu: bool) -> str:
+    """The variant for an (N, C, H, W) input on a CPU or another device (measured on PoCL with 2 cores; the
+    GPU side is reasoned, not measured: benchmarks/batchnorm.py prints both):
+
+    * many small planes (C > H * W) go to "channel": the planes alone give enough work-items, each a short loop;
+      on GPUs only when a plane is smaller than ROW, since a work-item per plane reads memory with a stride;
+    * on CPUs everything else goes to "tiled": PoCL runs a work-item's own loop over contiguous pixels at SIMD
+      speed, and one pixel per work-item ("plane") 4-15x slower (its bounds check keeps PoCL from
+      vectorizing across work-items);
+    * on GPUs everything else goes to "plane": neighbouring work-items read neighbouring pixels (coalesced).
+    """
+    _, c, h, w = shape
+    if c > h * w and (is_cpu or h * w < ROW):
+        return "channel"
+    return "tiled" if is_cpu else "plane"
 
 
 @register("nn.BatchNorm2d")
@@ -45,13 +74,34 @@ class BatchNorm2d(Layer):
 
     # ---- OpenCL (cl/batchnorm.cl) ----------------------------------------------------------------------
     def build_opencl(self, rt):
-        self.cl_kernel = rt.kernel("batchnorm.cl", "batchnorm")
         self.cl_scale, self.cl_shift = rt.upload(self.scale.ravel()), rt.upload(self.shift.ravel())
+
+        def pixel_kernel():
+            return rt.kernel("batchnorm.cl", "batchnorm_pixel")
+
+        def run_kernel():
+            return rt.kernel("batchnorm.cl", "batchnorm_run")
+
+        variants = [Variant("plane", pixel_kernel, self._per_pixel), Variant("channel", run_kernel, self._per_plane),
+                    Variant("tiled", run_kernel, self._per_tile)]
+        self.variants = Variants(rt, ["batchnorm.cl"], variants, lambda shapes: rule(shapes[0], rt.is_cpu))
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
-        if not y.size:  # OpenCL refuses an empty range
-            return
+        if y.size:  # OpenCL refuses an empty range
+            self.variants.pick((x.shape,))(q, y, x)
+
+    def _per_pixel(self, q, kernel, y, x):
         n, c, h, w = x.shape
-        q.run(self.cl_kernel, (round_up(h * w, 16), n * c), None, y.buffer, x.buffer, self.cl_scale,
-              self.cl_shift, h * w, c)
+        q.run(kernel, (round_up(h * w, ROW), n * c), None, y.buffer, x.buffer, self.cl_scale, self.cl_shift, h * w, c)
+
+    def _per_plane(self, q, kernel, y, x):
+        self._per_run(q, kernel, y, x, run=x.shape[2] * x.shape[3])
+
+    def _per_tile(self, q, kernel, y, x):
+        self._per_run(q, kernel, y, x, run=TILE)
+
+    def _per_run(self, q, kernel, y, x, run: int):
+        n, c, h, w = x.shape
+        q.run(kernel, (-(-h * w // run), n * c), None, y.buffer, x.buffer, self.cl_scale, self.cl_shift, h * w, c,
+              run)

@@ -29,9 +29,10 @@ numpy they cost about as much as the GEMMs: ResNet-18's 3x3 layers run 1.15-1.35
 weights stay on im2col (see WINOGRAD_MIN_TILES).
 
 On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/layers/gemm.py) there is no Winograd: the same im2col and
-GEMM, for every group and batch item in one launch, the bias added by the GEMM. On CPUs im2col writes the
-column matrix and gemm_cpu reads it; GPUs skip it, their GEMM reading im2col's entries straight from the
-input (implicit im2col). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
+GEMM, for every group and batch item in one launch, the bias added by the GEMM. With a gemm_cpu variant (the
+rule's on CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (the rule's on GPUs)
+skip it, reading im2col's entries straight from the input (implicit im2col). The variant is chosen per input
+shape (kuiper/runtime/variants.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
 convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
 a GEMM to pay.
 """
@@ -330,13 +331,11 @@ class Conv2d(ConvLayer):
             self.cl_weight = rt.upload(self.w_kernel)
             return
         self.cl_depthwise = None
-        pointwise = self._convolve == self._pointwise
-        self.gemm = Gemm(rt, kernel_size=None if pointwise else self.kernel_size)
+        self.cl_pointwise = self._convolve == self._pointwise
+        self.gemm = Gemm(rt, kernel_size=None if self.cl_pointwise else self.kernel_size)
+        self.variants = self.gemm.choices(self.gemm_dims, "conv.cl")
         self.cl_weight = rt.upload(self.w_gemm)
-        # the GEMM reads B from the input itself when the input is the column matrix (1x1) or when it computes
-        # im2col's entries on the fly (GPUs); otherwise im2col writes the column matrix first
-        self.cl_direct = pointwise or self.gemm.implicit
-        if not self.cl_direct:
+        if not self.cl_pointwise:  # for the GEMM variants that read a column matrix, not the images
             self.cl_im2col = rt.kernel("conv.cl", "im2col")
             self.cl_whole_rows = rt.is_cpu  # im2col's work-items: whole output rows on CPUs, pixels on GPUs
             self.cl_columns = Columns(rt)
@@ -359,10 +358,15 @@ class Conv2d(ConvLayer):
         bias = dict(bias=self.cl_bias, bias_mode=NO_BIAS if self.cl_bias is None else ROW_BIAS)
         weights = Matrix(self.cl_weight, k, group=cout_g * k)
         out = Matrix(y.buffer, ho * wo, group=cout_g * ho * wo, item=cout * ho * wo)
-        if self.cl_direct:
-            image = (h, w, wo, *self.stride, top, left, *self.dilation) if self.gemm.implicit else ()
+        variant = self.variants.pick((x.shape,))
+        implicit = variant in self.gemm.implicit
+        # the GEMM reads B from the input itself when the input is the column matrix (1x1) or when it computes
+        # im2col's entries on the fly (implicit); otherwise im2col writes the column matrix first
+        if self.cl_pointwise or implicit:
+            image = (h, w, wo, *self.stride, top, left, *self.dilation) if implicit else ()
             images = Matrix(x.buffer, h * w, group=cin_g * h * w, item=cin * h * w)
-            self.gemm(q, cout_g, ho * wo, k, c=out, a=weights, b=images, groups=g, items=items, image=image, **bias)
+            self.gemm(q, cout_g, ho * wo, k, c=out, a=weights, b=images, groups=g, items=items, image=image,
+                      variant=variant, **bias)
             return
         columns, span = self.cl_columns, wo if self.cl_whole_rows else 1
         for first, count in columns.chunks(items, g * k * ho * wo):
@@ -370,4 +374,10 @@ class Conv2d(ConvLayer):
                           x.buffer, first * cin * h * w, span, g, cin_g, h, w, ho, wo, *geometry)
             self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
                                 b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
-                                groups=g, items=count, **bias)
+                                groups=g, items=count, variant=variant, **bias)
+
+    def gemm_dims(self, shapes) -> tuple:
+        """(m, n, stack) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and item."""
+        shape = shapes[0]
+        ho, wo = self.output_shapes([shape])[0][-2:]
+        return self.out_channels // self.groups, ho * wo, math.prod(shape[:-3]) * self.groups

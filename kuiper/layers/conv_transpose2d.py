@@ -19,6 +19,8 @@ order and adds the bias, so no two work-items write the same pixel and no atomic
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kuiper.layers.conv2d import ConvLayer, batched
@@ -88,6 +90,7 @@ class ConvTranspose2d(ConvLayer):
     # ---- OpenCL ---------------------------------------------------------------------------------------
     def build_opencl(self, rt):
         self.gemm = Gemm(rt)
+        self.variants = self.gemm.choices(self.gemm_dims, "conv.cl")
         self.cl_col2im = rt.kernel("conv.cl", "col2im")
         self.cl_weight = rt.upload(self.w_gemm)
         # without a bias col2im never reads its bias argument, but the argument needs a buffer
@@ -102,14 +105,21 @@ class ConvTranspose2d(ConvLayer):
         rows, cin_g, cin = self.w_gemm.shape[1], self.in_channels // g, self.in_channels
         geometry = (*self.kernel_size, *self.stride, *self.padding, *self.dilation)
         items, columns = x.size // (cin * h * w), self.cl_columns
+        variant = self.variants.pick((x.shape,))
         for first, count in columns.chunks(items, g * rows * h * w):
             self.gemm(q, rows, h * w, cin_g,
                              c=Matrix(columns.buffer, h * w, group=rows * h * w, item=g * rows * h * w),
                              a=Matrix(self.cl_weight, cin_g, group=rows * cin_g),
                              b=Matrix(x.buffer, h * w, group=cin_g * h * w, item=cin * h * w,
                                       offset=first * cin * h * w),
-                             groups=g, items=count)
+                             groups=g, items=count, variant=variant)
             q.run(self.cl_col2im, (round_up(ho * wo, 16), self.out_channels, count), None,
                            y.buffer, first * self.out_channels * ho * wo, columns.buffer, self.cl_bias,
                            int(self.bias is not None), self.out_channels, self.out_channels // g, h, w, ho, wo,
                            *geometry)
+
+    def gemm_dims(self, shapes) -> tuple:
+        """(m, n, stack) of the GEMM for these input shapes: one (Cout/g*kh*kw, Cin/g) @ (Cin/g, H*W) per group
+        and item."""
+        shape = shapes[0]
+        return self.w_gemm.shape[1], shape[-2] * shape[-1], math.prod(shape[:-3]) * self.groups

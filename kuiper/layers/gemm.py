@@ -5,23 +5,27 @@ product z is group z % groups of batch item z // groups, and each matrix of it s
 offset + group * group_stride + item * item_stride elements into its buffer. A `Matrix` names one
 operand that way.
 
-Two kernels compute it (see cl/gemm.cl); `Gemm` picks one per device, once, when the layer is built:
+Two kernels compute it (see cl/gemm.cl), each in several block or tile sizes. Every (kernel, size) pair is a
+variant (kuiper/runtime/variants.py): a layer picks one per input shape, by `Gemm.rule` or by measurement.
 
-* CPUs (`rt.is_cpu`) get `gemm_cpu`: no local memory, register blocks of MB x NB outputs in float16
-  vectors. PoCL runs a work-group's work-items in a loop on one core, dimension 0 innermost, so the
-  host sizes work-groups as cache blocks: their work-items share the same rows of A and the same
-  columns of B while those are in the core's L2.
-* Other devices get `gemm_gpu`: tiles staged in local memory with register blocking, the tile size by the
-  product's shape (see GPU_TILES), within the kernel's and the device's largest work-group. For a
-  convolution it reads B as implicit im2col straight from the input images (`Gemm(..., kernel_size)`):
-  on a GPU, writing and reading back the column matrix took a third of ResNet-18's time.
+* "cpu 6xNB" runs `gemm_cpu`: no local memory, register blocks of MB x NB outputs in float16 vectors.
+  PoCL runs a work-group's work-items in a loop on one core, dimension 0 innermost, so the host sizes
+  work-groups as cache blocks: their work-items share the same rows of A and the same columns of B while
+  those are in the core's L2. The rule gives CPUs (`rt.is_cpu`) the widest block the product fills.
+* "gpu TMxTN" runs `gemm_gpu`: tiles staged in local memory with register blocking, within the kernel's
+  and the device's largest work-group. For a convolution it reads B as implicit im2col straight from the
+  input images (`Gemm(..., kernel_size)`): on a GPU, writing and reading back the column matrix took a
+  third of ResNet-18's time. The rule gives other devices the tiles `_gpu_tiles` picks by the product's
+  shape (see GPU_TILES).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 from kuiper.runtime.opencl import round_up
+from kuiper.runtime.variants import Variant, Variants
 
 #: gemm_cpu's register block: MB rows by NV vectors of 16 columns (24 AVX2/AVX-512 ymm accumulators:
 #: LLVM splits a float16 into two 256-bit halves on these CPUs, and 32 such registers exist)
@@ -56,75 +60,114 @@ NO_BIAS, ROW_BIAS, COLUMN_BIAS = 0, 1, 2
 
 
 
-class Gemm:
-    """The GEMM kernels one layer uses on one runtime. `variant` "cpu" or "gpu" overrides the device rule
-    (tests run the GPU kernel on PoCL too: it must be right everywhere, only slower there).
+def cpu_name(width: int) -> str:
+    return f"cpu {CPU_ROWS}x{width}"
 
-    With a convolution's `kernel_size` (kh, kw), the GPU kernel is built for implicit im2col (`implicit`):
-    B is then the stack of input images and each call passes the convolution's `image` geometry."""
+
+def gpu_name(tile: tuple) -> str:
+    return f"gpu {tile[0]}x{tile[1]}"
+
+
+class Gemm:
+    """The GEMM variants one layer uses on one runtime, by name in `variants`: "cpu 6xNB" for each block of
+    CPU_BLOCKS and "gpu TMxTN" for each tile configuration of GPU_TILES, their kernels built on first use.
+    `variant` "cpu" or "gpu" keeps one family (tests run the GPU kernel on PoCL too: it must be right
+    everywhere, only slower there); None keeps both, and the rule takes the device's.
+
+    With a convolution's `kernel_size` (kh, kw), the GPU variants are built for implicit im2col (the set
+    `implicit`): B is then the stack of input images and each call passes the convolution's `image` geometry."""
 
     def __init__(self, rt, variant: str | None = None, kernel_size: tuple | None = None):
         self.rt = rt
-        self.variant = variant or ("cpu" if rt.is_cpu else "gpu")
         self.kernel_size = kernel_size
-        # block (cpu) or tile (gpu) -> Kernel, kept here: rt.kernel re-reads and hashes the source on every call
-        self.kernels = {}
-        if self.variant == "gpu":
-            for tile in GPU_TILES:
-                kernel = self._gpu_kernel(tile)
-                if kernel is not None:
-                    self.kernels[tile] = kernel
-            self.tiles = list(self.kernels)
-            if not self.tiles:  # no work-group this device runs is big enough: the CPU kernel has no such need
-                self.variant = "cpu"
-        self.implicit = kernel_size is not None and self.variant == "gpu"
+        cpu = [Variant(cpu_name(block[0]), partial(self._cpu_kernel, block), partial(self._cpu_launch, block[0]))
+               for block in CPU_BLOCKS]
+        gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
+               for tile in GPU_TILES]
+        self.variants = {v.name: v for v in cpu + gpu}
+        self.implicit = frozenset(gpu if kernel_size is not None else ())
+        self._tiles = None
+        self.family = variant
+        # with no tile whose work-group this device runs, the CPU kernel, which has no such need, stands in
+        if variant == "gpu" and not self.tiles:
+            self.family = "cpu"
 
-    # ---- kernels ------------------------------------------------------------------------------------
-    def _cpu_kernel(self, n: int):
-        """gemm_cpu for products n columns wide, and its block width."""
-        block = next(block for block in CPU_BLOCKS if block[0] <= n)
-        kernel = self.kernels.get(block)
-        if kernel is None:
-            _, nv, vn = block
-            kernel = self.kernels[block] = self.rt.kernel("gemm.cl", "gemm_cpu",
-                                                          [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}"])
-        return kernel, block[0]
+    # ---- choosing -----------------------------------------------------------------------------------
+    @property
+    def tiles(self) -> list:
+        """The GPU_TILES whose work-group this device runs, found on first need (that builds their kernels)."""
+        if self._tiles is None:
+            self._tiles = [tile for tile in GPU_TILES if self._runs(tile)]
+        return self._tiles
 
-    def _gpu_kernel(self, tile):
-        """gemm_gpu for one tile configuration, or None when its work-group is too big for the device."""
+    def _runs(self, tile) -> bool:
         import pyopencl as cl
 
+        tm, tn, _, rm, rn = tile
+        kernel = self.variants[gpu_name(tile)].kernel()
+        limit = min(self.rt.device.max_work_group_size,
+                    kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
+        return (tn // rn) * (tm // rm) <= limit
+
+    def rule(self, m: int, n: int, stack: int) -> str:
+        """The variant for `stack` products (m, k) @ (k, n) by rule: on CPUs gemm_cpu with the widest block no
+        wider than n, elsewhere gemm_gpu with the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
+        family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
+        if family == "gpu" and self.tiles:
+            return gpu_name(self._gpu_tiles(m, n, stack))
+        return cpu_name(next(block[0] for block in CPU_BLOCKS if block[0] <= n))
+
+    def candidates(self, n: int) -> list:
+        """The variants able to compute products n columns wide: gemm_cpu's blocks no wider (the kernel needs
+        N >= its block) and the tiles the device runs."""
+        cpu = [cpu_name(block[0]) for block in CPU_BLOCKS if block[0] <= n] if self.family != "gpu" else []
+        gpu = [gpu_name(tile) for tile in self.tiles] if self.family != "cpu" else []
+        return cpu + gpu
+
+    def choices(self, dims, *files) -> Variants:
+        """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
+        dims(shapes) = (m, n, stack); `files` names its other kernel files, which its time depends on too."""
+        return Variants(self.rt, ("gemm.cl", *files), self.variants.values(),
+                        rule=lambda shapes: self.rule(*dims(shapes)),
+                        candidates=lambda shapes: self.candidates(dims(shapes)[1]))
+
+    # ---- kernels ------------------------------------------------------------------------------------
+    def _cpu_kernel(self, block):
+        _, nv, vn = block
+        return self.rt.kernel("gemm.cl", "gemm_cpu", [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}"])
+
+    def _gpu_kernel(self, tile):
         tm, tn, tk, rm, rn = tile
         options = [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}"]
         if self.kernel_size is not None:
             options += [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}"]
-        kernel = self.rt.kernel("gemm.cl", "gemm_gpu", options)
-        limit = min(self.rt.device.max_work_group_size,
-                    kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
-        return kernel if (tn // rn) * (tm // rm) <= limit else None
+        return self.rt.kernel("gemm.cl", "gemm_gpu", options)
 
     # ---- launching ----------------------------------------------------------------------------------
     def __call__(self, q, m: int, n: int, k: int, c: Matrix, a: Matrix, b: Matrix, *, groups: int = 1,
-                 items: int = 1, bias=None, bias_mode: int = NO_BIAS, image: tuple = ()):
+                 items: int = 1, bias=None, bias_mode: int = NO_BIAS, image: tuple = (), variant: Variant = None):
         """Enqueue C = A @ B (+ bias) for `items` x `groups` products of (m, k) @ (k, n); returns the event.
 
         bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS).
-        image: with `implicit`, the geometry of the convolution whose im2col B stands for: (height, width,
-        out_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w)."""
+        image: for a variant in `implicit`, the geometry of the convolution whose im2col B stands for: (height,
+        width, out_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w).
+        variant: one of `variants` (a layer's choice for its input shape); None: the rule's for this product."""
         stack = items * groups
         args = (c.buffer, a.buffer, b.buffer, a.buffer if bias is None else bias, bias_mode, m, n, k, a.ld, b.ld,
                 c.ld, groups, a.offset, b.offset, c.offset, a.group, b.group, c.group, a.item, b.item, c.item)
-        if self.variant == "cpu":
-            kernel, width = self._cpu_kernel(n)
-            blocks = (-(-n // width), -(-m // CPU_ROWS))
-            local = self._cpu_group(*blocks, stack)
-            return q.run(kernel, (round_up(blocks[0], local[0]), round_up(blocks[1], local[1]), stack),
-                         (*local, 1), *args)
-        tile = self._gpu_tiles(m, n, stack)
+        variant = variant or self.variants[self.rule(m, n, stack)]
+        return variant(q, m, n, stack, args, image)
+
+    def _cpu_launch(self, width: int, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
+        blocks = (-(-n // width), -(-m // CPU_ROWS))
+        local = self._cpu_group(*blocks, stack)
+        return q.run(kernel, (round_up(blocks[0], local[0]), round_up(blocks[1], local[1]), stack), (*local, 1),
+                     *args)
+
+    def _gpu_launch(self, tile: tuple, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
         tm, tn, _, rm, rn = tile
         local = (tn // rn, tm // rm)
-        return q.run(self.kernels[tile], (-(-n // tn) * local[0], -(-m // tm) * local[1], stack), (*local, 1),
-                     *args, *image)
+        return q.run(kernel, (-(-n // tn) * local[0], -(-m // tm) * local[1], stack), (*local, 1), *args, *image)
 
     def _cpu_group(self, column_blocks: int, row_blocks: int, stack: int) -> tuple:
         """CPU_GROUP, no larger than the product, halved (rows first) until every core gets a few groups."""

@@ -3,6 +3,8 @@
 On OpenCL it is one GEMM (kuiper/layers/gemm.py) with the bias added per column in the kernel.
 """
 
+import math
+
 import numpy as np
 
 from kuiper.layers.base import Layer
@@ -42,6 +44,7 @@ class Linear(Layer):
     # ---- OpenCL ---------------------------------------------------------------------------------------
     def build_opencl(self, rt):
         self.gemm = Gemm(rt)
+        self.variants = self.gemm.choices(self.gemm_dims)
         self.cl_weight_t = rt.upload(self.weight_t)
         self.cl_bias = None if self.bias is None else rt.upload(self.bias)
 
@@ -51,4 +54,9 @@ class Linear(Layer):
             return
         m, n, k = y.size // self.out_features, self.out_features, self.in_features
         self.gemm(q, m, n, k, c=Matrix(y.buffer, n), a=Matrix(inputs[0].buffer, k), b=Matrix(self.cl_weight_t, n),
-                  bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS)
+                  bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
+                  variant=self.variants.pick((inputs[0].shape,)))
+
+    def gemm_dims(self, shapes) -> tuple:
+        """(m, n, stack) of the GEMM for these input shapes: every leading axis folds into the rows."""
+        return math.prod(shapes[0][:-1]), self.out_features, 1

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from kuiper import pnnx
+from kuiper.custom import CustomOps
 from kuiper.errors import BackendError, GraphError, InputError, ShapeError, UnsupportedOperatorError
 from kuiper.layers.registry import is_supported, layer_class
 from kuiper.runtime.operators import (
@@ -29,6 +30,7 @@ from kuiper.runtime.operators import (
 )
 from kuiper.runtime.opencl import DeviceTensor
 from kuiper.runtime.planner import Lifetime, assign_buffers
+from kuiper.runtime.variants import MEASURE, TuningCache, choose, tuning_mode
 from kuiper.tensor import Tensor
 
 INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
@@ -92,7 +94,7 @@ class RuntimeGraph:
     """A PNNX model ready to run. See the module docstring for the life cycle."""
 
     def __init__(self, param_path, bin_path=None, backend: str = "numpy", device: str | None = None,
-                 schedule: str = "inorder"):
+                 schedule: str = "inorder", custom_ops=None, tuning: str | None = None):
         if backend not in BACKENDS:
             raise BackendError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         if schedule not in SCHEDULES:
@@ -102,6 +104,9 @@ class RuntimeGraph:
         self.backend = backend
         self.device = device
         self.schedule = schedule
+        self.tuning = tuning_mode(tuning)  # how layers with kernel variants pick one per shape (variants.py)
+        # custom operator configs (kuiper/custom/): consulted before the registry, for this graph only
+        self.custom_ops = CustomOps.load(custom_ops)
         self.runtime = None      # the OpenCLRuntime on the opencl backend
         self.host_fallbacks = []  # operators with no OpenCL forward, run on numpy with explicit transfers
         self.state = GraphState.NEED_INIT
@@ -113,6 +118,7 @@ class RuntimeGraph:
         self._plans = {}         # input signature -> ExecutionPlan
         self.last_trace = []
         self.last_profile = []
+        self.last_variants = {}  # operator name -> the kernel variant it ran in the last forward (OpenCL)
 
     # ---- init: records -> linked runtime objects --------------------------------------------------
     def init(self) -> "RuntimeGraph":
@@ -163,7 +169,7 @@ class RuntimeGraph:
         """{PNNX type: [operator names]} for every type this model needs that no layer implements."""
         missing = {}
         for op in self.operators:
-            if op.type not in STRUCTURAL and not is_supported(op.type):
+            if op.type not in STRUCTURAL and op.type not in self.custom_ops and not is_supported(op.type):
                 missing.setdefault(op.type, []).append(op.name)
         return missing
 
@@ -178,7 +184,11 @@ class RuntimeGraph:
             listed = "; ".join(f"'{t}' (operator {', '.join(names)})" for t, names in missing.items())
             raise UnsupportedOperatorError(f"{self.param_path}: no layer for {listed}")
         for op in self.operators:
-            if op.type not in STRUCTURAL:
+            if op.type in STRUCTURAL:
+                continue
+            if op.type in self.custom_ops:
+                op.layer = self.custom_ops.make_layer(op)
+            else:
                 op.layer = layer_class(op.type, op.name)(op)
         self.order = self._schedule()
         if self.backend == "opencl":
@@ -195,6 +205,7 @@ class RuntimeGraph:
         from kuiper.runtime.opencl import get_runtime
 
         self.runtime = get_runtime(self.device)
+        self.tuning_cache = TuningCache() if self.tuning == MEASURE else None
         self.host_fallbacks = []
         for op in self.order:
             if op.layer is None:
@@ -258,8 +269,15 @@ class RuntimeGraph:
         lifetimes = self._lifetimes(shapes, dtypes)
         plan = ExecutionPlan(shapes, dtypes, lifetimes, self.runtime)
         plan.reuse_waits = self._reuse_waits(lifetimes, plan.assignment)
+        plan.variants = self._choose_variants(shapes) if self.runtime is not None else {}
         self._plans[key] = plan
         return plan
+
+    def _choose_variants(self, shapes: dict) -> dict:
+        """{operator name: variant name} for each layer with kernel variants (kuiper/runtime/variants.py), chosen
+        for its input shapes by rule or by measurement, as `tuning` says."""
+        return {op.name: choose(op.layer, [shapes[o.name] for o in op.input_operands], self.tuning, self.tuning_cache)
+                for op in self.order if op.layer is not None and op.layer.variants is not None}
 
     def _reuse_waits(self, lifetimes: list, assignment) -> dict:
         """{operator name: operators it must wait for because it writes a reused buffer}.
@@ -362,6 +380,7 @@ class RuntimeGraph:
             raise GraphError(f"{self.param_path}: forward() needs a built graph: call build() first "
                              f"(state is {self.state.name})")
         arrays, plan = self._signature(inputs)
+        self.last_variants = plan.variants
         self.last_trace = []
         host_times = []
         for op in self.operators:
@@ -463,5 +482,6 @@ def _fmt(shape) -> str:
 
 
 def load(param_path, bin_path=None, backend: str = "numpy", **options) -> RuntimeGraph:
-    """Read, link and build a model in one call (options: device, schedule for the opencl backend)."""
+    """Read, link and build a model in one call (options: device, schedule, tuning for the opencl backend;
+    custom_ops, config files or directories of custom operators)."""
     return RuntimeGraph(param_path, bin_path, backend=backend, **options).build()

@@ -98,7 +98,9 @@ def describe(device) -> dict:
     cl = _cl()
     return {
         "name": device.name.strip(),
-        "type": cl.device_type.to_string(device.type),
+        # (to_string gives "ALL | CPU" for PoCL's CPU, which also sets the DEFAULT bit)
+        "type": " | ".join(kind for kind in ("GPU", "CPU", "ACCELERATOR", "CUSTOM")
+                           if device.type & getattr(cl.device_type, kind)),
         "version": device.version,
         "driver": device.driver_version,
         "compute units": device.max_compute_units,
@@ -145,7 +147,7 @@ class OpenCLRuntime:
         """The built program for cl/<file> (or an absolute path) with these options, from the cache when
         the source and the headers it includes are unchanged."""
         options = tuple(options)
-        path = Path(file) if Path(file).is_absolute() else CL_DIR / file
+        path = _kernel_path(file)
         source, digest = _source_and_hash(path)
         file = str(file)
         key = (file, " ".join(options), digest)
@@ -159,7 +161,7 @@ class OpenCLRuntime:
             except cl.RuntimeError as e:
                 log = _build_log(e)
                 raise KernelBuildError(
-                    f"cl/{file} failed to build with options {' '.join(options) or '(none)'}:\n{log}",
+                    f"{path if Path(file).is_absolute() else 'cl/' + file} failed to build with options {' '.join(options) or '(none)'}:\n{log}",
                     file=file, options=" ".join(options), log=log,
                 ) from None
             self._programs[key] = program
@@ -180,6 +182,11 @@ class OpenCLRuntime:
             kernel.set_scalar_arg_dtypes(_scalar_types(kernel))
         return kernel
 
+    def source_hash(self, file) -> str:
+        """The hash of cl/<file> (or an absolute path) and of the headers it includes: what the program cache
+        keys on, and what a tuning measurement (kuiper/runtime/variants.py) stays valid for."""
+        return _source_and_hash(_kernel_path(file))[1]
+
     # ---- memory --------------------------------------------------------------------------------------
     def upload(self, array: np.ndarray):
         """A read-only device copy of a host array (weights: done once at build)."""
@@ -196,6 +203,10 @@ class OpenCLRuntime:
 
     def max_local_size(self) -> int:
         return self.device.max_work_group_size
+
+
+def _kernel_path(file) -> Path:
+    return Path(file) if Path(file).is_absolute() else CL_DIR / file
 
 
 def _source_and_hash(path: Path) -> tuple:

@@ -1,12 +1,12 @@
 """nn.Conv2d on OpenCL (im2col + GEMM on CPUs, implicit im2col in the GEMM on GPUs, 1x1 as a plain GEMM,
 depthwise direct: cl/conv.cl, cl/gemm.cl) against its numpy forward, on the numpy tests' cases, with batches
-split into chunks and with the other device type's kernels."""
+split into chunks, with the other device type's kernels and with every GEMM variant."""
 
 import numpy as np
 import pytest
 
 import kuiper.layers.gemm
-from conftest import assert_opencl_matches_numpy
+from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
 from test_conv2d import CASES, make_conv
 
 RNG = np.random.default_rng(19)
@@ -46,3 +46,12 @@ def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
 def test_other_gemm_variant_opencl(cl_runtime, monkeypatch, name):
     monkeypatch.setattr(cl_runtime, "is_cpu", not cl_runtime.is_cpu)
     check(CASES[name], cl_runtime)
+
+
+@pytest.mark.parametrize("name", ["stride2 odd batch3 nobias", "pointwise grouped"])
+def test_every_gemm_variant_opencl(cl_runtime, name):
+    """im2col + each gemm_cpu block, implicit im2col + each gemm_gpu tile (for a 1x1 kernel: the input itself)."""
+    layer, _, _ = make_conv(RNG, **CASES[name])
+    x = RNG.standard_normal(CASES[name]["input_shape"], dtype=np.float32)
+    names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
+    assert {n.split()[0] for n in names} == {"cpu", "gpu"}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper.layers.gemm
-from conftest import assert_opencl_matches_numpy
+from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
 from kuiper.runtime.opencl import DeviceTensor, Enqueuer
 from test_conv_transpose2d import CASES, make_deconv
 
@@ -52,3 +52,10 @@ def test_kernels_keep_their_order_on_the_out_of_order_queue(cl_runtime, monkeypa
         layer.forward_opencl(q, [DeviceTensor(cl_runtime, cl_runtime.upload(x), x.shape)], [y])
         q.finish()
         np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_every_gemm_variant_opencl(cl_runtime):
+    case = CASES["stride2 pad1 outpad1 groups2"]
+    layer, _, _ = make_deconv(RNG, **case)
+    x = RNG.standard_normal(case["input_shape"], dtype=np.float32)
+    assert len(assert_every_variant_matches_numpy(layer, cl_runtime, x)) > 1

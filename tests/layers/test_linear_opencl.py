@@ -4,7 +4,7 @@ on the numpy tests' ranks and on sizes past the GEMM kernels' blocks."""
 import numpy as np
 import pytest
 
-from conftest import assert_opencl_matches_numpy
+from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
 from test_linear import make_linear
 
 RNG = np.random.default_rng(11)
@@ -21,3 +21,9 @@ def test_linear_opencl_matches_numpy(cl_runtime, in_features, out_features, shap
     layer, _, _ = make_linear(RNG, in_features, out_features, bias, input_shape=shape)
     assert_opencl_matches_numpy(layer, cl_runtime, RNG.standard_normal(shape).astype(np.float32))
 
+
+def test_every_gemm_variant_opencl(cl_runtime):
+    layer, _, _ = make_linear(RNG, 33, 70, True, input_shape=(2, 13, 33))
+    x = RNG.standard_normal((2, 13, 33), dtype=np.float32)
+    names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
+    assert len(names) == len(layer.gemm.candidates(70)) > 4
