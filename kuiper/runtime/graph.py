@@ -182,7 +182,9 @@ class RuntimeGraph:
         missing = self.missing_types()
         if missing:
             listed = "; ".join(f"'{t}' (operator {', '.join(names)})" for t, names in missing.items())
-            raise UnsupportedOperatorError(f"{self.param_path}: no layer for {listed}")
+            raise UnsupportedOperatorError(f"{self.param_path}: no layer for {listed}; register one, or serve the "
+                                           f"type with a custom OpenCL operator (custom_ops=, KUIPER_CUSTOM_OPS, "
+                                           f"--custom-op)")
         for op in self.operators:
             if op.type in STRUCTURAL:
                 continue
