@@ -104,11 +104,17 @@ def cmd_devices(args) -> None:
     print("* = the device backend='opencl' picks now (set KUIPER_CL_DEVICE=P:D or a name to choose)")
 
 
-# ---- run --------------------------------------------------------------------------------------------
-def cmd_run(args) -> None:
+def _console():
+    """rich's console for our output; soft wrap keeps a long line whole when the output is not a terminal
+    (rich would break it at 80 columns, in the middle of a shape)."""
     from rich.console import Console
 
-    console = Console()
+    return Console(soft_wrap=True)
+
+
+# ---- run --------------------------------------------------------------------------------------------
+def cmd_run(args) -> None:
+    console = _console()
     param = Path(args.model) if args.model else DEFAULT_MODEL
     _require(param, "model")
     graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
@@ -244,13 +250,12 @@ def _print_profile(console, graph) -> None:
 
 # ---- inspect ----------------------------------------------------------------------------------------
 def cmd_inspect(args) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from kuiper import inspection
     from kuiper.runtime.graph import RuntimeGraph
 
-    console = Console()
+    console = _console()
     param = Path(args.model) if args.model else DEFAULT_MODEL
     _require(param, "model")
     graph = RuntimeGraph(param, custom_ops=args.custom_op).init()
