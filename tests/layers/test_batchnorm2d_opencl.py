@@ -24,7 +24,8 @@ def test_every_variant_matches_numpy_on_every_shape(cl_runtime, shape, affine):
 
 
 def test_the_rule_picks_by_plane_size_and_device():
-    assert rule((1, 512, 7, 7), is_cpu=True) == rule((8, 2048, 1, 1), is_cpu=False) == "channel"
+    assert rule((1, 512, 7, 7), is_cpu=True) == rule((8, 2048, 1, 1), is_cpu=True) == "channel"
+    assert rule((8, 2048, 1, 1), is_cpu=False) == "plane"
     assert rule((1, 16, 224, 224), is_cpu=True) == rule((1, 64, 56, 56), is_cpu=True) == "tiled"
     assert rule((1, 512, 7, 7), is_cpu=False) == rule((1, 16, 224, 224), is_cpu=False) == "plane"
 
