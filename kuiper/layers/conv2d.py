@@ -47,6 +47,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from kuiper.layers.base import Layer
 from kuiper.layers.gemm import NO_BIAS, ROW_BIAS, Columns, Gemm, Matrix
 from kuiper.layers.registry import register
+from kuiper.runtime import threads
 from kuiper.runtime.opencl import round_up
 
 #: im2col runs over bands of output rows whose column matrix is about this size, which bounds its memory
@@ -231,20 +232,28 @@ class Conv2d(ConvLayer):
         np.matmul(self.w_gemm, x.reshape(n, g, -1, hw), out=out.reshape(n, g, -1, hw))
 
     def _im2col(self, x, out):
-        """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES)."""
+        """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES).
+
+        kuiper's threads (runtime/threads.py) take a share of the bands each, when there are enough bands
+        worth a thread; otherwise each band's GEMM is split over output channels."""
         windows = self._windows(x)  # (N, C, kh, kw, Ho, Wo), a view
         n, c, kh, kw, ho, wo = windows.shape
         g, k = self.groups, c * kh * kw
-        rows = max(1, min(ho, COLUMN_BYTES // (4 * k * wo)))
-        buffer = self.scratch.get("columns", (k * rows * wo,))
+        units = threads.bands(n, ho, max(1, COLUMN_BYTES // (4 * k * wo)), wo, wo * k * self.out_channels // g)
         out_pixels = out.reshape(n, g, -1, ho * wo)
-        for item in range(n):
-            for top in range(0, ho, rows):
-                band = min(rows, ho - top)
-                columns = buffer[:k * band * wo].reshape(c, kh, kw, band, wo)
-                np.copyto(columns, windows[item, :, :, :, top:top + band])  # the one copy: im2col itself
-                np.matmul(self.w_gemm, columns.reshape(g, -1, band * wo),
-                          out=out_pixels[item, :, :, top * wo:(top + band) * wo])
+
+        def gemm(worker, item, top, band, multiply=np.matmul):
+            buffer = self.scratch.get(f"columns{worker}", (k * units[0][2] * wo,))
+            columns = buffer[:k * band * wo].reshape(c, kh, kw, band, wo)
+            np.copyto(columns, windows[item, :, :, :, top:top + band])  # the one copy: im2col itself
+            multiply(self.w_gemm, columns.reshape(g, -1, band * wo), out=out_pixels[item, :, :, top * wo:(top + band) * wo])
+
+        if len(units) >= threads.num_threads():
+            threads.parallel(lambda first, stop, worker: [gemm(worker, *unit) for unit in units[first:stop]],
+                             len(units))
+        else:
+            for unit in units:
+                gemm(0, *unit, multiply=threads.parallel_matmul)
 
     def _windows(self, x):
         """The kernel windows over the zero-padded input, shaped (N, C, kh, kw, Ho, Wo): strided views, no copy.
@@ -270,7 +279,10 @@ class Conv2d(ConvLayer):
         return None
 
     def _winograd(self, x, out, f: Winograd):
-        """Winograd F(m x m, 3x3) over bands of tile rows (see the module docstring), adding the bias."""
+        """Winograd F(m x m, 3x3) over bands of tile rows (see the module docstring), adding the bias.
+
+        As in im2col, kuiper's threads take a share of the bands each when there are enough bands worth a
+        thread; otherwise each band's input is transformed once and its output channels are split."""
         n, c, h, w = x.shape
         cout, ho, wo = out.shape[1:]
         m, a = f.m, f.a
@@ -289,36 +301,58 @@ class Conv2d(ConvLayer):
         u = self.w_winograd.get(m)
         if u is None:
             u = self.w_winograd[m] = f.transform_kernel(self.w_kernel)
-        rows = max(1, min(tiles_h, WINOGRAD_BYTES // (4 * a * a * max(c, cout) * tiles_w)))
-        # each step reads one buffer and writes the other
-        ping = self.scratch.get("winograd_ping", (a * a * max(c, cout) * rows * tiles_w,))
-        pong = self.scratch.get("winograd_pong", ping.shape)
-        for item in range(n):
-            for row in range(0, tiles_h, rows):
-                band = min(rows, tiles_h - row)
-                t = band * tiles_w
-                # im2col of tiles: d[i, j, channel, tile] = pixel (i, j) of the tile
-                d = view(ping, a, a, c, band, tiles_w)
-                np.copyto(d, tiles[item, :, row:row + band].transpose(3, 4, 0, 1, 2))
-                # B^T d B: B^T mixes the tile's rows i, then (batched over the new rows p) its columns j
-                bt_d = view(pong, a, a, c * t)
-                np.matmul(f.bt, d.reshape(a, -1), out=bt_d.reshape(a, -1))
-                v = view(ping, a, a, c * t)
-                np.matmul(f.bt, bt_d, out=v)
-                # the a*a GEMMs, in one stacked call
-                mm = view(pong, a * a, cout, t)
-                np.matmul(u, v.reshape(a * a, c, t), out=mm)
-                # A^T mm A: A^T mixes rows p into output rows y; then columns q into output columns x, with the
-                # (cout, tile) pairs as rows, so that x comes out innermost as it is in the output
-                at_mm = view(ping, m, a, cout * t)
-                np.matmul(f.at, mm.reshape(a, -1), out=at_mm.reshape(m, -1))
-                y = view(pong, m, cout * t, m)
-                np.matmul(at_mm.transpose(0, 2, 1), f.at.T, out=y)
-                y = y.reshape(m, cout, band, tiles_w, m).transpose(1, 2, 0, 3, 4)
-                if self.bias is None:
-                    np.copyto(blocks[item, :, row:row + band], y)
-                else:
-                    np.add(y, self.bias.reshape(-1, 1, 1, 1, 1), out=blocks[item, :, row:row + band])
+        units = threads.bands(n, tiles_h, max(1, WINOGRAD_BYTES // (4 * a * a * max(c, cout) * tiles_w)),
+                              tiles_w, tiles_w * a * a * c * cout)
+        size = (a * a * max(c, cout) * units[0][2] * tiles_w,)
+
+        def buffers(worker):
+            """A thread's three work buffers: each step below reads one and writes another."""
+            return [self.scratch.get(f"winograd_{name}{worker}", size) for name in "abc"]
+
+        def transform_input(worker, item, row, band):
+            """B^T d B for every tile of the band and every input channel, shaped (a*a, C, tiles)."""
+            buf_a, buf_b, _ = buffers(worker)
+            t = band * tiles_w
+            # im2col of tiles: d[i, j, channel, tile] = pixel (i, j) of the tile
+            d = view(buf_a, a, a, c, band, tiles_w)
+            np.copyto(d, tiles[item, :, row:row + band].transpose(3, 4, 0, 1, 2))
+            # B^T d B: B^T mixes the tile's rows i, then (batched over the new rows p) its columns j
+            bt_d = view(buf_b, a, a, c * t)
+            np.matmul(f.bt, d.reshape(a, -1), out=bt_d.reshape(a, -1))
+            v = view(buf_a, a, a, c * t)
+            np.matmul(f.bt, bt_d, out=v)
+            return v.reshape(a * a, c, t)
+
+        def transform_output(worker, v, item, row, band, first, stop):
+            """Output channels first..stop-1 of the band: the a*a GEMMs, A^T mm A, and the bias."""
+            _, buf_b, buf_c = buffers(worker)
+            t, k = band * tiles_w, stop - first
+            mm = view(buf_b, a * a, k, t)
+            np.matmul(u[:, first:stop], v, out=mm)  # the a*a GEMMs, in one stacked call
+            # A^T mm A: A^T mixes rows p into output rows y; then columns q into output columns x, with the
+            # (cout, tile) pairs as rows, so that x comes out innermost as it is in the output
+            at_mm = view(buf_c, m, a, k * t)
+            np.matmul(f.at, mm.reshape(a, -1), out=at_mm.reshape(m, -1))
+            y = view(buf_b, m, k * t, m)
+            np.matmul(at_mm.transpose(0, 2, 1), f.at.T, out=y)
+            y = y.reshape(m, k, band, tiles_w, m).transpose(1, 2, 0, 3, 4)
+            target = blocks[item, first:stop, row:row + band]
+            if self.bias is None:
+                np.copyto(target, y)
+            else:
+                np.add(y, self.bias[first:stop].reshape(-1, 1, 1, 1, 1), out=target)
+
+        def bands_part(first, stop, worker):  # whole bands, all output channels
+            for unit in units[first:stop]:
+                transform_output(worker, transform_input(worker, *unit), *unit, 0, cout)
+
+        if len(units) >= threads.num_threads():
+            threads.parallel(bands_part, len(units))
+        else:  # too few bands to share: transform each band's input once, split its output channels
+            for unit in units:
+                v = transform_input(0, *unit)
+                threads.parallel(lambda first, stop, worker: transform_output(worker, v, *unit, first, stop), cout,
+                                 grain=-(-threads.MIN_MACS // (a * a * c * unit[2] * tiles_w)))
         if not exact:
             out[...] = whole[:, :, :ho, :wo]
 

@@ -8,6 +8,8 @@ W, then those results' windows along H (kernel_h + kernel_w operations instead o
 Padding is never built: a tap only updates the outputs whose tap falls inside the input, which is how
 PyTorch ignores padded positions (max pooling) or counts them only in the divisor (average pooling).
 
+The channel planes are independent, so kuiper's threads (runtime/threads.py) take a share of them each.
+
 On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules.
 """
 
@@ -19,7 +21,11 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
+from kuiper.runtime import threads
 from kuiper.runtime.opencl import round_up
+
+#: each of kuiper's threads pools planes holding at least this many input elements (see runtime/threads.py)
+PART_ELEMENTS = 1 << 18
 
 
 def pooled_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
@@ -104,6 +110,15 @@ class Pool2d(Layer):
 
     def forward_numpy(self, inputs, outputs):
         x, out = inputs[0], outputs[0]
+        if not out.flags.c_contiguous:  # its planes would not be views
+            self.pool_planes(x, out)
+            return
+        x_planes, out_planes = x.reshape(-1, *x.shape[-2:]), out.reshape(-1, *out.shape[-2:])
+        threads.parallel(lambda first, stop, _: self.pool_planes(x_planes[first:stop], out_planes[first:stop]),
+                         len(out_planes), grain=-(-PART_ELEMENTS // x_planes[0].size))
+
+    def pool_planes(self, x, out):
+        """Pool a stack of (H, W) planes: along W into a temporary, then along H into out."""
         rows = np.empty(x.shape[:-1] + out.shape[-1:], dtype=x.dtype)  # every input row pooled along W
         self.pool_axis(rows, x, -1)
         self.pool_axis(out, rows, -2)

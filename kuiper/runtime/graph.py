@@ -13,6 +13,7 @@ States, as in KuiperInfer:  NEED_INIT --init()--> NEED_BUILD --build()--> COMPLE
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections import deque
@@ -29,6 +30,7 @@ from kuiper.runtime.operators import (
     RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype,
 )
 from kuiper.runtime.opencl import DeviceTensor
+from kuiper.runtime import threads
 from kuiper.runtime.planner import Lifetime, assign_buffers
 from kuiper.runtime.variants import MEASURE, TuningCache, choose, tuning_mode
 from kuiper.tensor import Tensor
@@ -395,21 +397,23 @@ class RuntimeGraph:
 
         queue = deque(op for op in self.order if not op.input_operands)
         feed = {op.name: x for op, x in zip(self.input_operators, arrays)}
-        while queue:
-            op = queue.popleft()
-            started = time.perf_counter() if profile else 0.0
-            self._run(op, plan, feed, enqueuer)
-            if profile and op.layer is not None:
-                host_times.append((op, time.perf_counter() - started))
-            if trace:
-                self._trace(f"run   {op.name:<28} {op.type}")
-            for operand in op.output_operands:
-                for succ in operand.consumers:  # one entry per input slot fed by this operand
-                    succ.meet_num += 1
-                    if trace:
-                        self._trace(f"        probe {succ.name:<22} meet_num {succ.meet_num}/{len(succ.input_operands)}")
-                    if succ.meet_num == len(succ.input_operands):
-                        queue.append(succ)
+        # numpy layers split their work over kuiper's threads; BLAS keeps to one meanwhile (runtime/threads.py)
+        with contextlib.nullcontext() if enqueuer is not None else threads.blas_single_threaded():
+            while queue:
+                op = queue.popleft()
+                started = time.perf_counter() if profile else 0.0
+                self._run(op, plan, feed, enqueuer)
+                if profile and op.layer is not None:
+                    host_times.append((op, time.perf_counter() - started))
+                if trace:
+                    self._trace(f"run   {op.name:<28} {op.type}")
+                for operand in op.output_operands:
+                    for succ in operand.consumers:  # one entry per input slot fed by this operand
+                        succ.meet_num += 1
+                        if trace:
+                            self._trace(f"        probe {succ.name:<22} meet_num {succ.meet_num}/{len(succ.input_operands)}")
+                        if succ.meet_num == len(succ.input_operands):
+                            queue.append(succ)
 
         if enqueuer is None:
             outputs = [operand.tensor.data for operand in self.output_operands]

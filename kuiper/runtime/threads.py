@@ -1,0 +1,151 @@
+"""Worker threads for the numpy backend: one layer's work split into parts that run at the same time.
+
+numpy lets go of Python's GIL inside its C loops and BLAS calls, so plain Python threads keep several cores
+busy as long as each part is a few large array operations. Left alone, only BLAS would use the other cores,
+and only inside matrix products: copies, Winograd's transforms, pooling and activations would run on one.
+BLAS also splits every product of a stack by itself: ResNet-18's 36 stacked 64-channel Winograd GEMMs ran
+slower with OpenBLAS's two threads than with one on a 2-core machine.
+
+So layers split their work themselves (`parallel`): convolutions by bands of output rows or by blocks of
+output channels, element-wise layers by blocks of elements, pooling by channel planes. While a numpy forward
+runs, BLAS is held at one thread (`blas_single_threaded`): OpenBLAS's idle threads keep spinning for a while
+after each call, and measured here they slowed the parts that followed by up to 2x. Handing work to a Python
+thread and back costs about 0.1 ms here (the GIL changes hands through the OS), so a part must be worth it:
+`grain` sets the least work per part, and below it the caller does everything.
+
+The number of threads is `KUIPER_NUM_THREADS` if set, else as many as BLAS would use (OPENBLAS_NUM_THREADS,
+OMP_NUM_THREADS, or the cores this process may run on), or `set_num_threads(n)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextlib
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+from kuiper.errors import KuiperError
+
+_state = threading.local()  # .inside is True while a thread runs a part: a part that splits again runs inline
+_count: int | None = None
+_pool: ThreadPoolExecutor | None = None
+_blas: ThreadpoolController | None = None
+
+
+def _controller() -> ThreadpoolController:
+    global _blas
+    if _blas is None:  # scanning the loaded libraries takes milliseconds: once per process
+        _blas = ThreadpoolController()
+    return _blas
+
+
+def _default_count() -> int:
+    text = os.environ.get("KUIPER_NUM_THREADS")
+    if text is not None:
+        if not text.strip().isdigit() or int(text) < 1:
+            raise KuiperError(f"KUIPER_NUM_THREADS must be a positive integer, got {text!r}")
+        return int(text)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    blas = [lib.num_threads for lib in _controller().select(user_api="blas").lib_controllers]
+    return max(1, min([cores, *blas]))
+
+
+def num_threads() -> int:
+    """How many threads a numpy forward uses (the caller's included)."""
+    global _count
+    if _count is None:
+        _count = _default_count()
+    return _count
+
+
+def set_num_threads(count: int) -> None:
+    """Use `count` threads from now on (1: everything on the calling thread, BLAS left as configured)."""
+    global _count, _pool
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise KuiperError(f"set_num_threads needs a positive integer, got {count!r}")
+    if _pool is not None:
+        _pool.shutdown(wait=True)
+        _pool = None
+    _count = count
+
+
+def _worker_init() -> None:
+    _state.inside = True
+
+
+def parallel(part, count: int, grain: int = 1) -> None:
+    """Run `part(start, stop, worker)` over contiguous, near-equal slices of range(count), one per thread,
+    each slice at least `grain` long (fewer threads if need be; with one, the caller runs it all).
+
+    The calling thread runs the first slice itself (worker 0); `worker` lets a part pick its own scratch
+    buffers. Returns once every slice is done, re-raising the first error. Inside a part, parallel runs
+    the whole range inline, so nested splits cannot wait on a pool they occupy.
+    """
+    threads = min(num_threads(), count // max(1, grain))
+    if threads <= 1 or getattr(_state, "inside", False):
+        if count > 0:
+            part(0, count, 0)
+        return
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(num_threads() - 1, thread_name_prefix="kuiper", initializer=_worker_init)
+    bounds = [count * i // threads for i in range(threads + 1)]
+    futures = [_pool.submit(part, bounds[i], bounds[i + 1], i) for i in range(1, threads)]
+    _state.inside = True
+    try:
+        part(bounds[0], bounds[1], 0)
+    finally:  # wait even if our slice failed: the others are still writing into shared buffers
+        _state.inside = False
+        errors = [future.exception() for future in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+
+
+@contextlib.contextmanager
+def blas_single_threaded():
+    """Hold BLAS at one thread for the duration, when kuiper has threads of its own to split work over."""
+    if num_threads() <= 1:
+        yield
+        return
+    with _controller().limit(limits=1, user_api="blas"):
+        yield
+
+
+def parallel_matmul(a, b, out) -> None:
+    """np.matmul(a, b, out=out) with the rows of `a` and `out` shared out over the threads (as for a
+    convolution whose image is too small to split, but whose output channels are many)."""
+    rows, depth, columns = a.shape[-2], a.shape[-1], out.shape[-1]
+    stack = out.size // (rows * columns)
+    parallel(lambda lo, hi, _: np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :]), rows,
+             grain=-(-MIN_MACS // (stack * depth * columns)))
+
+
+#: a band of a convolution split over threads keeps at least this many output pixels (columns of its GEMM):
+#: thinner GEMMs lose more to BLAS's packing than another thread gains (one-thread sgemm here,
+#: 512x4608 @ 4608xN: 61 GFLOP/s at N=49, 46 at N=28)
+MIN_COLUMNS = 64
+#: ... and at least this many multiply-adds (~0.15 ms on one core here), to pay for handing it to a thread
+MIN_MACS = 1 << 23
+
+
+def bands(items: int, rows: int, max_rows: int, row_columns: int, row_macs: int) -> list:
+    """(item, first row, row count) bands covering `rows` output rows of each of `items` images, each band at
+    most `max_rows` rows and all of about the same height.
+
+    When every band would still be worth a thread (MIN_COLUMNS, MIN_MACS, with `row_columns` GEMM columns and
+    `row_macs` multiply-adds per row), rows are cut into enough bands for an even split over the threads;
+    otherwise into as few as max_rows allows, and the caller splits each band's work another way."""
+    per_item = -(-rows // max_rows)
+    workers = num_threads()
+    share = workers // math.gcd(items, workers)  # bands per image must be a multiple of this for an even split
+    split = min(rows, -(-per_item // share) * share)
+    size = -(-rows // split)
+    if split > per_item and (size * row_columns < MIN_COLUMNS or size * row_macs < MIN_MACS):
+        size = -(-rows // per_item)
+    return [(item, top, min(size, rows - top)) for item in range(items) for top in range(0, rows, size)]
