@@ -50,10 +50,11 @@ from kuiper.layers.registry import register
 from kuiper.runtime import threads
 from kuiper.runtime.opencl import round_up
 
-#: im2col runs over bands of output rows whose column matrix is about this size, which bounds its memory
-#: for any image size and keeps it in the core's L2 cache from the copy that writes it to the GEMM that
-#: reads it (ResNet-18's convolutions: 1.2-1.3x faster than whole images with one BLAS thread, even with two).
-COLUMN_BYTES = 1 << 20
+#: im2col runs over bands of output rows whose column matrix is at most about this size, which bounds its
+#: memory for any image size. With kuiper's threads, fewer and larger bands won: on 2 cores ResNet-18's stem
+#: took 2.0 ms in one 3.7 MB band per thread against 2.2-2.9 ms in four 0.9 MB bands each (every numpy call a
+#: thread makes must take the GIL back, and the other thread often holds it).
+COLUMN_BYTES = 4 << 20
 
 #: Winograd runs over bands of tile rows whose two work buffers hold about this much each. It only bounds the
 #: memory: narrower bands make the a*a GEMMs thinner, and ResNet-18 ran no faster with bands of 256 KiB to
@@ -221,15 +222,15 @@ class Conv2d(ConvLayer):
         variant = self._winograd_variant(*out.shape[2:]) if self.winograd_ok else None
         if variant is None:
             self._convolve(x, out)
-            self.add_bias(out)
         else:
-            self._winograd(x, out, variant)  # adds the bias as it writes the output
+            self._winograd(x, out, variant)
 
-    # ---- the three ways to convolve ---------------------------------------------------------------
+    # ---- the three ways to convolve, each adding the bias ------------------------------------------
     def _pointwise(self, x, out):
         """1x1, stride 1, no padding: out[n, g] = W[g] @ x[n, g], all batch items and groups in one call."""
         n, g, hw = x.shape[0], self.groups, x.shape[2] * x.shape[3]
         np.matmul(self.w_gemm, x.reshape(n, g, -1, hw), out=out.reshape(n, g, -1, hw))
+        self.add_bias(out)
 
     def _im2col(self, x, out):
         """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES).
@@ -247,6 +248,7 @@ class Conv2d(ConvLayer):
             columns = buffer[:k * band * wo].reshape(c, kh, kw, band, wo)
             np.copyto(columns, windows[item, :, :, :, top:top + band])  # the one copy: im2col itself
             multiply(self.w_gemm, columns.reshape(g, -1, band * wo), out=out_pixels[item, :, :, top * wo:(top + band) * wo])
+            self.add_bias(out[item, :, top:top + band])  # while the band is still in the cache
 
         if len(units) >= threads.num_threads():
             threads.parallel(lambda first, stop, worker: [gemm(worker, *unit) for unit in units[first:stop]],
