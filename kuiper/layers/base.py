@@ -30,6 +30,9 @@ class Layer:
     #: how many input tensors the layer takes; None means "at least min_inputs"
     num_inputs: int | None = 1
     min_inputs: int = 1
+    #: numpy: forward_numpy may be given its input array as its output (element-wise layers whose formula
+    #: never reads an element after writing one), so the graph can let it overwrite an input nothing else reads
+    in_place: bool = False
     #: on OpenCL, the kernel variants to choose from per input shape (kuiper/runtime/variants.py), set by
     #: build_opencl in layers that have several; None: a single way to compute
     variants = None
@@ -150,6 +153,12 @@ class Layer:
     def forward_numpy(self, inputs: list, outputs: list) -> None:
         """Compute outputs (preallocated numpy arrays, filled in place) from the input arrays."""
         raise NotImplementedError(f"{type(self).__name__} must implement forward_numpy")
+
+    def fuse(self, activation: "Layer") -> bool:
+        """Offer this layer `activation`, an in-place element-wise layer that is the only reader of its output.
+        Return True to take it: forward_numpy then applies it (`activation.apply(out, out)`) to the output it
+        writes, and the graph skips the activation's own operator. By default a layer declines."""
+        return False
 
     # ---- the OpenCL path (kuiper/runtime/opencl.py) -------------------------------------------------
     @property

@@ -144,6 +144,7 @@ class ConvLayer(Layer):
         # shaped (Cout, 1, 1) so that it broadcasts over (N, Cout, H, W); a copy for alignment (see Conv2d.w_gemm)
         bias = self.weight("bias", (self.out_channels,)) if self.bool_param("bias", True) else None
         self.bias = None if bias is None else np.array(bias).reshape(-1, 1, 1)
+        self.activation = None  # an activation the graph fused into this layer (Layer.fuse)
         self.scratch = Scratch()
 
     def positive_int(self, key: str, *default) -> int:
@@ -168,6 +169,11 @@ class ConvLayer(Layer):
     def add_bias(self, out: np.ndarray) -> None:
         if self.bias is not None:
             out += self.bias
+
+    def activate(self, out: np.ndarray) -> None:
+        """Apply the fused activation, if any, to (a band of) the output just written."""
+        if self.activation is not None:
+            self.activation.apply(out, out)
 
 
 @register("nn.Conv2d")
@@ -201,6 +207,11 @@ class Conv2d(ConvLayer):
         totals = (d * (k - 1) for k, d in zip(self.kernel_size, self.dilation))
         return tuple((t // 2, t - t // 2) for t in totals)
 
+    def fuse(self, activation):
+        # numpy only: the graph offers fusion on that backend alone, and forward_opencl never activates
+        self.activation = activation
+        return True
+
     def macs(self, input_shapes, output_shapes):
         # each output element is a dot product over one group's (Cin/g, kh, kw) window
         (kh, kw) = self.kernel_size
@@ -231,6 +242,7 @@ class Conv2d(ConvLayer):
         n, g, hw = x.shape[0], self.groups, x.shape[2] * x.shape[3]
         np.matmul(self.w_gemm, x.reshape(n, g, -1, hw), out=out.reshape(n, g, -1, hw))
         self.add_bias(out)
+        self.activate(out)
 
     def _im2col(self, x, out):
         """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES).
@@ -249,6 +261,7 @@ class Conv2d(ConvLayer):
             np.copyto(columns, windows[item, :, :, :, top:top + band])  # the one copy: im2col itself
             multiply(self.w_gemm, columns.reshape(g, -1, band * wo), out=out_pixels[item, :, :, top * wo:(top + band) * wo])
             self.add_bias(out[item, :, top:top + band])  # while the band is still in the cache
+            self.activate(out[item, :, top:top + band])
 
         if len(units) >= threads.num_threads():
             threads.parallel(lambda first, stop, worker: [gemm(worker, *unit) for unit in units[first:stop]],
@@ -343,6 +356,7 @@ class Conv2d(ConvLayer):
                 np.copyto(target, y)
             else:
                 np.add(y, self.bias[first:stop].reshape(-1, 1, 1, 1, 1), out=target)
+            self.activate(target)
 
         def bands_part(first, stop, worker):  # whole bands, all output channels
             for unit in units[first:stop]:

@@ -47,7 +47,7 @@ class ElementwiseLayer(Layer):
         threads.parallel(part, -(-out.size // BLOCK), grain=PART_BLOCKS)
 
     def apply(self, x: np.ndarray, out: np.ndarray) -> None:
-        """Write f(x) into `out`, an array of x's shape (never x itself)."""
+        """Write f(x) into `out`, an array of x's shape: x itself only in layers marked `in_place`."""
         raise NotImplementedError(f"{type(self).__name__} must implement apply")
 
     # ---- OpenCL: every activation is one function in cl/activation.cl, chosen by -DACT=act_<name> ----

@@ -99,6 +99,7 @@ class Expression(Layer):
             isinstance(item, Literal) and isinstance(item.value, float) for item in rpn
         )
         self.bitwise = sorted(names & BITWISE)
+        self.activation = None  # an activation the graph fused into this layer (Layer.fuse)
 
     def _compile(self, item, text):
         if isinstance(item, Operand):
@@ -154,6 +155,13 @@ class Expression(Layer):
         value, _ = stack.pop()
         if value is not out:  # the whole expression is one input or one constant
             np.copyto(out, value)
+        if self.activation is not None:
+            self.activation.apply(out, out)
+
+    def fuse(self, activation):
+        # a residual add and the ReLU after it, in one pass of the graph; numpy only, as the graph offers it
+        self.activation = activation
+        return True
 
     # ---- OpenCL ---------------------------------------------------------------------------------------
     @property

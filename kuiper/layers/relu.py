@@ -9,6 +9,7 @@ from kuiper.layers.registry import register
 @register("nn.ReLU", "F.relu")
 class ReLU(ElementwiseLayer):
     cl_function = "relu"
+    in_place = True
 
     def apply(self, x, out):
         np.maximum(x, 0.0, out=out)

@@ -55,9 +55,11 @@ class KuiperWarning(UserWarning):
 class ExecutionPlan:
     """Everything forward needs for one set of input shapes: every operand's shape and dtype, and the
     pooled buffers laid out by liveness. On numpy the graph outputs are not pooled (each forward returns
-    fresh arrays); on OpenCL inputs and outputs have device buffers too, and cross to the host once."""
+    fresh arrays); on OpenCL inputs and outputs have device buffers too, and cross to the host once.
+    `aliases` ({operand: operand it overwrites}) are the outputs of in-place operators: they get no buffer of
+    their own but the tensor of the operand they overwrite."""
 
-    def __init__(self, shapes: dict, dtypes: dict, lifetimes: list, runtime=None):
+    def __init__(self, shapes: dict, dtypes: dict, lifetimes: list, runtime=None, aliases=None):
         self.shapes = shapes
         self.dtypes = dtypes
         self.assignment = assign_buffers(lifetimes)
@@ -75,13 +77,15 @@ class ExecutionPlan:
                 self.tensors[name] = Tensor.from_numpy(view)
             else:
                 self.tensors[name] = DeviceTensor(runtime, slot, shapes[name], dtypes[name])
+        for name, source in (aliases or {}).items():  # in file order, so a chain's source is placed first
+            self.tensors[name] = self.tensors[source]
 
     @property
     def pooled_bytes(self) -> int:
         return self.assignment.total_bytes
 
     def unpooled_bytes(self) -> int:
-        """What the same operands would take with one buffer each (the no-planning baseline)."""
+        """What the same operands would take with one buffer each (the baseline: no planning, nothing in place)."""
         return sum(t.nbytes for t in self.tensors.values())
 
     def release(self) -> None:
@@ -117,6 +121,8 @@ class RuntimeGraph:
         self.input_operators = []
         self.output_operands = []  # flattened graph outputs, in order
         self.order = []          # execution order fixed by build()
+        self.in_place = {}       # numpy: operand -> the operand its in-place producer overwrote (see build)
+        self.fused = set()       # numpy: operators whose work their input's producer does (see build)
         self._plans = {}         # input signature -> ExecutionPlan
         self.last_trace = []
         self.last_profile = []
@@ -197,12 +203,34 @@ class RuntimeGraph:
         self.order = self._schedule()
         if self.backend == "opencl":
             self._build_opencl()
+        else:
+            self._fuse_in_place()
         recorded = [op.output_operand.shape for op in self.input_operators]
         if all(s is not None and all(isinstance(d, int) for d in s) for s in recorded):
             dtypes = [numpy_dtype(op.output_operand.dtype) for op in self.input_operators]
             self._check_recorded(self._plan(list(zip(map(tuple, recorded), dtypes))))
         self.state = GraphState.COMPLETE
         return self
+
+    def _fuse_in_place(self) -> None:
+        """On numpy, let element-wise layers that can (Layer.in_place: ReLU, clamps) overwrite their input instead
+        of writing a buffer of their own, wherever nothing else reads that input; and where the input's producer
+        can apply the activation itself while its output is still in the cache (Layer.fuse: convolution,
+        expressions), let it: the activation's operator then only hands the tensor on.
+
+        The graph's own inputs (the caller's arrays) and outputs (fresh arrays per forward) are never shared."""
+        graph_ends = {o.name for o in self.output_operands}
+        graph_ends.update(op.output_operand.name for op in self.input_operators)
+        for op in self.order:
+            if op.layer is None or not op.layer.in_place or len(op.input_operands) != 1:
+                continue
+            source, result = op.input_operands[0], op.output_operand
+            if len(source.consumers) != 1 or source.name in graph_ends or result.name in graph_ends:
+                continue
+            self.in_place[result.name] = source.name
+            producer = source.producer.layer
+            if producer is not None and producer.fuse(op.layer):
+                self.fused.add(op.name)
 
     def _build_opencl(self) -> None:
         """Upload weights and compile kernels once; say which operators must run on the host."""
@@ -271,7 +299,7 @@ class RuntimeGraph:
                 dtypes[operand.name] = np.dtype(dtype)
 
         lifetimes = self._lifetimes(shapes, dtypes)
-        plan = ExecutionPlan(shapes, dtypes, lifetimes, self.runtime)
+        plan = ExecutionPlan(shapes, dtypes, lifetimes, self.runtime, self.in_place)
         plan.reuse_waits = self._reuse_waits(lifetimes, plan.assignment)
         plan.variants = self._choose_variants(shapes) if self.runtime is not None else {}
         self._plans[key] = plan
@@ -307,23 +335,32 @@ class RuntimeGraph:
         """Each pooled operand's size and the steps it lives between (its producer, its last reader).
 
         On numpy the graph inputs are the caller's arrays and the outputs are fresh arrays per forward, so
-        neither is pooled; on OpenCL both get device buffers, the outputs alive until the end."""
+        neither is pooled; on OpenCL both get device buffers, the outputs alive until the end. An in-place
+        operator's output has no buffer of its own: the buffer it overwrites lives on until its last reader."""
         on_device = self.runtime is not None
         graph_outputs = {o.name for o in self.output_operands}
         step = {op.name: i for i, op in enumerate(self.order)}
+        last = {}  # operand -> the last step reading its buffer, under any of its names
+        for op in reversed(self.order):
+            for operand in op.output_operands:
+                readers = [step[c.name] for c in operand.consumers] + [last.get(operand.name, step[op.name])]
+                source = self.in_place.get(operand.name, operand.name)
+                last[source] = max(max(readers), last.get(source, 0))
         lifetimes = []
         for op in self.order:
             if op.layer is None and not (on_device and op.type == INPUT):
                 continue
             for operand in op.output_operands:
+                if operand.name in self.in_place:
+                    continue
                 if operand.name in graph_outputs:
                     if not on_device:
                         continue
-                    last = len(self.order)
+                    end = len(self.order)
                 else:
-                    last = max((step[c.name] for c in operand.consumers), default=step[op.name])
+                    end = last[operand.name]
                 nbytes = int(np.prod(shapes[operand.name], dtype=np.int64)) * dtypes[operand.name].itemsize
-                lifetimes.append(Lifetime(operand.name, nbytes, step[op.name], last))
+                lifetimes.append(Lifetime(operand.name, nbytes, step[op.name], end))
         return lifetimes
 
     def _check_recorded(self, plan: ExecutionPlan) -> None:
@@ -406,7 +443,8 @@ class RuntimeGraph:
                 if profile and op.layer is not None:
                     host_times.append((op, time.perf_counter() - started))
                 if trace:
-                    self._trace(f"run   {op.name:<28} {op.type}")
+                    fused = f" (fused into {op.input_operands[0].producer.name})" if op.name in self.fused else ""
+                    self._trace(f"run   {op.name:<28} {op.type}{fused}")
                 for operand in op.output_operands:
                     for succ in operand.consumers:  # one entry per input slot fed by this operand
                         succ.meet_num += 1
@@ -450,7 +488,9 @@ class RuntimeGraph:
                 tensor = Tensor.empty(plan.shapes[operand.name], dtype=plan.dtypes[operand.name])
             outputs.append(tensor)
         inputs = [o.tensor for o in op.input_operands]
-        if enqueuer is None:
+        if op.name in self.fused:
+            pass  # its input's producer has already done its work, in the very tensor it hands on
+        elif enqueuer is None:
             op.layer.forward_numpy([t.data for t in inputs], [t.data for t in outputs])
         else:
             enqueuer.begin(op, [o.producer for o in op.input_operands] + plan.reuse_waits.get(op.name, []))

@@ -27,11 +27,14 @@ def test_no_two_live_operands_share_a_buffer(built):
     plan = next(iter(built.plans.values()))  # the plan for the recorded input shapes
     position = {op.name: k for k, op in enumerate(built.order)}
     life = {}
-    for name in plan.tensors:
-        operand = built.operands[name]
+    for name in plan.tensors:  # a buffer lives from its producer to the last reader of any name it goes by
+        operand, owner = built.operands[name], name
+        while owner in built.in_place:  # an in-place operator's output is its input's buffer
+            owner = built.in_place[owner]
         first = position[operand.producer.name]
         last = max((position[c.name] for c in operand.consumers), default=first)
-        life[name] = (first, last)
+        start, end = life.get(owner, (first, last))
+        life[owner] = (min(start, first), max(end, last))
     by_slot = {}
     for name, slot in plan.assignment.slot_of.items():
         by_slot.setdefault(slot, []).append(name)

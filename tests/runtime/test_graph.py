@@ -144,3 +144,65 @@ def test_inspect_style_plan_at_another_batch_reports_memory():
     # liveness planning shares buffers: far less than one buffer per tensor, and it scales with the batch
     assert plan1.pooled_bytes < plan1.unpooled_bytes() / 2
     assert plan8.pooled_bytes == 8 * plan1.pooled_bytes
+
+
+# in-place activations and fusion (numpy): x is the caller's, c has two readers, g is a graph output
+IN_PLACE = """7767517
+10 9
+pnnx.Input               in0     0 1 x #x=(1,2,3,3)f32
+nn.ReLU                  r0      1 1 x y #y=(1,2,3,3)f32
+pnnx.Expression          e1      1 1 x a expr=mul(@0,2) #a=(1,2,3,3)f32
+nn.ReLU                  r1      1 1 a b #b=(1,2,3,3)f32
+pnnx.Expression          e2      1 1 b c expr=sub(@0,1) #c=(1,2,3,3)f32
+nn.ReLU                  r2      1 1 c d #d=(1,2,3,3)f32
+nn.Hardtanh              h       1 1 d e min_val=0.0 max_val=0.5 #e=(1,2,3,3)f32
+torch.cat                cat     3 1 c e y f dim=1 #f=(1,6,3,3)f32
+nn.ReLU                  r3      1 1 f g #g=(1,6,3,3)f32
+pnnx.Output              out     1 0 g
+"""
+
+
+def in_place_reference(x):
+    b = np.maximum(2 * x, 0)
+    c = b - 1
+    e = np.clip(np.maximum(c, 0), 0, 0.5)
+    return np.maximum(np.concatenate([c, e, np.maximum(x, 0)], axis=1), 0)
+
+
+def test_activations_overwrite_inputs_nothing_else_reads_and_fuse_into_producers(tmp_path):
+    path = tmp_path / "in_place.pnnx.param"
+    path.write_text(IN_PLACE)
+    g = kuiper.load(path)
+    # r0 reads the caller's array, c is also read by cat, g is returned to the caller: those keep their own
+    assert g.in_place == {"b": "a", "e": "d"}
+    assert g.fused == {"r1"}  # e1 applies r1's ReLU itself; h's producer r2 (a ReLU) cannot take the clamp
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # buffers and fused state stay right from one forward to the next
+        x = rng.standard_normal((1, 2, 3, 3), dtype=np.float32)
+        keep = x.copy()
+        (out,) = g.forward(x)
+        np.testing.assert_allclose(out, in_place_reference(keep), rtol=1e-6)
+        np.testing.assert_array_equal(x, keep)  # the caller's input is never overwritten
+    plan = next(iter(g.plans.values()))
+    assert plan.tensors["b"] is plan.tensors["a"] and plan.tensors["e"] is plan.tensors["d"]
+    assert "b" not in plan.assignment.slot_of  # no buffer of its own
+    g.forward(np.ones((1, 2, 3, 3), np.float32), trace=True)
+    assert "run   r1                           nn.ReLU (fused into e1)" in g.last_trace
+
+
+def test_opencl_graphs_keep_every_operator_to_itself(tmp_path, cl_runtime):
+    path = tmp_path / "in_place.pnnx.param"
+    path.write_text(IN_PLACE)
+    g = kuiper.load(path, backend="opencl", device=cl_runtime.device.name)
+    assert g.in_place == {} and g.fused == set()
+    x = np.random.default_rng(2).standard_normal((1, 2, 3, 3), dtype=np.float32)
+    np.testing.assert_allclose(g.forward(x)[0], in_place_reference(x), rtol=1e-6)
+
+
+def test_resnet_fuses_every_relu_on_numpy():
+    resnet = kuiper.load("models/resnet18/resnet18.pnnx.param")
+    relus = {op.name for op in resnet.operators if op.type == "nn.ReLU"}
+    assert len(relus) == 17 and resnet.fused == relus
+    producers = [op.input_operands[0].producer.type for op in resnet.operators if op.name in relus]
+    assert sorted(producers).count("nn.Conv2d") == 9  # the stem and each block's first convolution
+    assert producers.count("pnnx.Expression") == 8  # each block's residual add
