@@ -434,8 +434,8 @@ class RuntimeGraph:
 
         queue = deque(op for op in self.order if not op.input_operands)
         feed = {op.name: x for op, x in zip(self.input_operators, arrays)}
-        # numpy layers split their work over kuiper's threads; BLAS keeps to one meanwhile (runtime/threads.py)
-        with contextlib.nullcontext() if enqueuer is not None else threads.blas_single_threaded():
+        # numpy layers split their work over kuiper's threads, awake for the forward; BLAS keeps to one meanwhile
+        with contextlib.nullcontext() if enqueuer is not None else threads.active():
             while queue:
                 op = queue.popleft()
                 started = time.perf_counter() if profile else 0.0

@@ -8,10 +8,10 @@ slower with OpenBLAS's two threads than with one on a 2-core machine.
 
 So layers split their work themselves (`parallel`): convolutions by bands of output rows or by blocks of
 output channels, element-wise layers by blocks of elements, pooling by channel planes. While a numpy forward
-runs, BLAS is held at one thread (`blas_single_threaded`): OpenBLAS's idle threads keep spinning for a while
-after each call, and measured here they slowed the parts that followed by up to 2x. Handing work to a Python
-thread and back costs about 0.1 ms here (the GIL changes hands through the OS), so a part must be worth it:
-`grain` sets the least work per part, and below it the caller does everything.
+runs (`active`), BLAS is held at one thread: OpenBLAS's idle threads keep spinning for a while after each
+call, and measured here they slowed the parts that followed by up to 2x. Handing a part to a thread and
+back still costs 0.05-0.15 ms (the GIL changes hands twice), so a part must be worth it: `grain` sets the
+least work per part, and below it the caller does everything.
 
 The number of threads is `KUIPER_NUM_THREADS` if set, else as many as BLAS would use (OPENBLAS_NUM_THREADS,
 OMP_NUM_THREADS, or the cores this process may run on), or `set_num_threads(n)`.
@@ -20,11 +20,10 @@ OMP_NUM_THREADS, or the cores this process may run on), or `set_num_threads(n)`.
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -33,8 +32,18 @@ from kuiper.errors import KuiperError
 
 _state = threading.local()  # .inside is True while a thread runs a part: a part that splits again runs inline
 _count: int | None = None
-_pool: ThreadPoolExecutor | None = None
+_workers: list = []  # started on first use, kept for the life of the process
+_active = False  # inside `active()`: idle workers spin instead of sleeping
 _blas: ThreadpoolController | None = None
+
+
+def _forget_workers() -> None:
+    global _workers
+    _workers = []  # a forked child has none of its parent's threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _controller() -> ThreadpoolController:
@@ -65,17 +74,67 @@ def num_threads() -> int:
 
 def set_num_threads(count: int) -> None:
     """Use `count` threads from now on (1: everything on the calling thread, BLAS left as configured)."""
-    global _count, _pool
+    global _count
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise KuiperError(f"set_num_threads needs a positive integer, got {count!r}")
-    if _pool is not None:
-        _pool.shutdown(wait=True)
-        _pool = None
     _count = count
 
 
-def _worker_init() -> None:
-    _state.inside = True
+class _Worker(threading.Thread):
+    """One of kuiper's threads: runs the parts `parallel` gives it, one at a time.
+
+    While a forward runs (`active`), it keeps looking for its next part between parts, yielding its core
+    between looks, rather than sleeping: waking a sleeping thread took 0.1-0.4 ms here, as long as a small
+    layer's whole part, and ResNet-18 ran 10-15% faster with its thread awake between layers. Outside a
+    forward, or after SPIN_SECONDS without work, it sleeps."""
+
+    def __init__(self, index: int):
+        super().__init__(name=f"kuiper-{index}", daemon=True)
+        self.job = None  # (part, start, stop, worker index) while there is work
+        self.error = None
+        self.done = threading.Event()
+        self.wake = threading.Event()
+        self.start()
+
+    def give(self, job) -> None:
+        self.done.clear()
+        self.job = job
+        self.wake.set()
+
+    def run(self) -> None:
+        _state.inside = True
+        idle_since = time.perf_counter()
+        while True:
+            job = self.job
+            if job is None:
+                if _active and time.perf_counter() - idle_since < SPIN_SECONDS:
+                    _yield()
+                else:
+                    self.wake.wait()
+                    self.wake.clear()
+                continue
+            part, start, stop, index = job
+            try:
+                part(start, stop, index)
+                self.error = None
+            except BaseException as error:  # handed to the caller of parallel
+                self.error = error
+            self.job = None
+            self.done.set()
+            idle_since = time.perf_counter()
+
+    def wait(self):
+        """Wait for the part to finish (spinning first, like the worker); return its error or None."""
+        deadline = time.perf_counter() + SPIN_SECONDS
+        while not self.done.is_set() and time.perf_counter() < deadline:
+            _yield()
+        self.done.wait()
+        return self.error
+
+
+#: how long an idle thread keeps looking for work during a forward before it sleeps (see _Worker)
+SPIN_SECONDS = 0.05
+_yield = getattr(os, "sched_yield", lambda: time.sleep(0))  # lets the GIL and the core go for a moment
 
 
 def parallel(part, count: int, grain: int = 1) -> None:
@@ -84,37 +143,45 @@ def parallel(part, count: int, grain: int = 1) -> None:
 
     The calling thread runs the first slice itself (worker 0); `worker` lets a part pick its own scratch
     buffers. Returns once every slice is done, re-raising the first error. Inside a part, parallel runs
-    the whole range inline, so nested splits cannot wait on a pool they occupy.
+    the whole range inline, so nested splits cannot wait on threads they occupy.
     """
     threads = min(num_threads(), count // max(1, grain))
     if threads <= 1 or getattr(_state, "inside", False):
         if count > 0:
             part(0, count, 0)
         return
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(num_threads() - 1, thread_name_prefix="kuiper", initializer=_worker_init)
+    global _workers
+    if len(_workers) < num_threads() - 1:
+        _workers += [_Worker(i) for i in range(len(_workers) + 1, num_threads())]
     bounds = [count * i // threads for i in range(threads + 1)]
-    futures = [_pool.submit(part, bounds[i], bounds[i + 1], i) for i in range(1, threads)]
+    helpers = _workers[:threads - 1]
+    for i, worker in enumerate(helpers, 1):
+        worker.give((part, bounds[i], bounds[i + 1], i))
     _state.inside = True
     try:
         part(bounds[0], bounds[1], 0)
     finally:  # wait even if our slice failed: the others are still writing into shared buffers
         _state.inside = False
-        errors = [future.exception() for future in futures]
+        errors = [worker.wait() for worker in helpers]
     for error in errors:
         if error is not None:
             raise error
 
 
 @contextlib.contextmanager
-def blas_single_threaded():
-    """Hold BLAS at one thread for the duration, when kuiper has threads of its own to split work over."""
+def active():
+    """The span of a numpy forward: BLAS held at one thread, and kuiper's idle threads awake between parts
+    (only when kuiper has threads of its own to split work over)."""
+    global _active
     if num_threads() <= 1:
         yield
         return
     with _controller().limit(limits=1, user_api="blas"):
-        yield
+        _active = True
+        try:
+            yield
+        finally:
+            _active = False
 
 
 def parallel_matmul(a, b, out) -> None:
@@ -136,16 +203,17 @@ MIN_MACS = 1 << 23
 
 def bands(items: int, rows: int, max_rows: int, row_columns: int, row_macs: int) -> list:
     """(item, first row, row count) bands covering `rows` output rows of each of `items` images, each band at
-    most `max_rows` rows and all of about the same height.
+    most `max_rows` rows, none more than one row taller than another, the tallest first.
 
     When every band would still be worth a thread (MIN_COLUMNS, MIN_MACS, with `row_columns` GEMM columns and
     `row_macs` multiply-adds per row), rows are cut into enough bands for an even split over the threads;
     otherwise into as few as max_rows allows, and the caller splits each band's work another way."""
-    per_item = -(-rows // max_rows)
+    count = -(-rows // max_rows)  # bands per image
     workers = num_threads()
     share = workers // math.gcd(items, workers)  # bands per image must be a multiple of this for an even split
-    split = min(rows, -(-per_item // share) * share)
-    size = -(-rows // split)
-    if split > per_item and (size * row_columns < MIN_COLUMNS or size * row_macs < MIN_MACS):
-        size = -(-rows // per_item)
-    return [(item, top, min(size, rows - top)) for item in range(items) for top in range(0, rows, size)]
+    split = min(rows, -(-count // share) * share)
+    if split > count and (rows // split * row_columns >= MIN_COLUMNS and rows // split * row_macs >= MIN_MACS):
+        count = split
+    heights = [rows // count + (k < rows % count) for k in range(count)]
+    tops = [sum(heights[:k]) for k in range(count)]
+    return [(item, top, height) for item in range(items) for top, height in zip(tops, heights)]

@@ -280,3 +280,48 @@ def test_bad_weights(attrs, message):
     params = dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=3, bias=True)
     with pytest.raises(LayerError, match=message):
         make_layer("nn.Conv2d", params=params, attrs=attrs, input_shapes=[(1, 6, 7, 5)])
+
+
+@pytest.fixture(params=[2, 3], ids=["2 threads", "3 threads"])
+def threads_forced(request, monkeypatch):
+    """kuiper's threads (runtime/threads.py) with every split worth making, whatever the size of the work."""
+    from kuiper.runtime import threads
+
+    monkeypatch.setattr(threads, "_count", request.param)
+    monkeypatch.setattr(threads, "MIN_MACS", 1)
+    return threads
+
+
+@pytest.mark.parametrize("split", ["bands", "channels"])
+@pytest.mark.parametrize("name", ["stride2 odd batch3 nobias", "groups3 stride2", "7x7 stride2 pad3",
+                                  "depthwise multiplier same", "kernel<stride"])
+def test_im2col_split_over_threads(threads_forced, monkeypatch, split, name):
+    """Bands of output rows per thread, or (bands too thin) each band's GEMM split over output channels."""
+    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", 1 if split == "bands" else 10 ** 9)
+    test_matches_reference(CASES[name])
+
+
+@pytest.mark.parametrize("split", ["bands", "channels"])
+@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
+@pytest.mark.parametrize("name", ["odd sizes batch3", "valid", "asymmetric padding"])
+def test_winograd_split_over_threads(threads_forced, monkeypatch, split, variant, name):
+    """Bands of tile rows per thread, or each band's input transformed once and its output channels split."""
+    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", 1 if split == "bands" else 10 ** 9)
+    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
+    test_matches_reference(WINOGRAD_CASES[name])
+
+
+def test_fused_activation_is_applied_to_every_band(threads_forced, monkeypatch):
+    """A ReLU the graph fused into the convolution (Layer.fuse), on the banded, threaded path."""
+    from kuiper.runtime.operators import make_layer
+
+    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(kuiper.layers.conv2d, "COLUMN_BYTES", 2500)
+    case = CASES["kernel>stride asymmetric"]
+    rng = np.random.default_rng(3)
+    layer, weight, bias = make_conv(rng, **case)
+    relu = make_layer("nn.ReLU", input_shapes=[None])
+    assert relu.in_place and layer.fuse(relu)
+    x = rng.standard_normal(case["input_shape"]).astype(np.float32)
+    expected = conv2d_reference(x, weight, bias, (2, 1), ((2, 2), (0, 0)), (1, 1), 1)
+    assert_matches(layer.run_numpy(x)[0], np.maximum(expected, 0))
