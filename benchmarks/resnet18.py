@@ -2,7 +2,7 @@
 
     python benchmarks/resnet18.py [--batch 1] [--runs 20] [--warmup 3] [--threads 2]
                                   [--engines numpy,torch] [--device SPEC] [--torch-device cpu|cuda]
-                                  [--json FILE]
+                                  [--processes ROUNDS] [--json FILE]
 
 Engines: `numpy`, `opencl` (in-order queue), `opencl-levels` (levelized schedule on an out-of-order queue)
 and `torch` (eager, on --torch-device; on CUDA with TF32 off so that both sides compute in fp32). Every
@@ -12,7 +12,11 @@ Both sides run the same weights (tools/export_models.build_model rebuilds the ex
 every engine is first checked against the PyTorch output saved in models/ (llm.c's habit: never time a
 wrong kernel). A batch with no saved reference takes its images, and their reference logits, in turn from
 the saved batch of 8. Prints one line per engine: median and best of `--runs` forwards after `--warmup`
-untimed ones; --json also writes them to a file.
+untimed ones; --json also writes them to a file. Engines named twice run twice, one block after another.
+
+With --processes ROUNDS every engine runs in a fresh process of its own instead, in turn, ROUNDS times: the
+line of each engine then gives the median of its rounds' medians and the median per-round ratio to the
+last engine (engines sharing a process disturb each other; see in_processes).
 """
 
 from __future__ import annotations
@@ -39,8 +43,12 @@ def main() -> None:
     parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch")
     parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
     parser.add_argument("--torch-device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--processes", type=int, metavar="ROUNDS",
+                        help="run every engine in a fresh process of its own, in turn, for this many rounds")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    if args.processes:
+        return in_processes(args)
 
     # thread counts must be fixed before numpy (and its BLAS) is imported
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -73,6 +81,46 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"batch": args.batch, "runs": args.runs, "threads": args.threads,
                                          "machine": platform.node(), "results": results}, indent=2))
+
+
+def in_processes(args) -> None:
+    """Each round runs every engine in a fresh process of its own, one after another, and keeps its median.
+
+    Engines sharing a process disturb each other: measured here, kuiper's forward ran 10-25% slower right
+    after torch's than before it (torch's OpenMP threads linger). Fresh processes in turn, round after round,
+    give every engine a clean start and the same drifts of a noisy machine; the per-round ratio to the last
+    engine cancels most of those drifts."""
+    import subprocess
+    import tempfile
+
+    engines = args.engines.split(",")
+    options = ["--batch", str(args.batch), "--runs", str(args.runs), "--warmup", str(args.warmup),
+               "--threads", str(args.threads), "--torch-device", args.torch_device]
+    options += ["--device", args.device] if args.device else []
+    medians = {engine: [] for engine in engines}
+    labels = {}
+    with tempfile.TemporaryDirectory() as folder:
+        result_file = Path(folder) / "result.json"
+        for _ in range(args.processes):
+            for engine in engines:
+                subprocess.run([sys.executable, __file__, "--engines", engine, "--json", str(result_file), *options],
+                               check=True, stdout=subprocess.DEVNULL)
+                (result,) = json.loads(result_file.read_text())["results"]
+                labels[engine] = result["engine"]
+                medians[engine].append(result["median_ms"])
+    base = medians[engines[-1]]
+    print(f"ResNet-18, batch {args.batch}, {args.threads} thread(s), {args.processes} rounds of a fresh process "
+          f"per engine, median of {args.runs} runs each")
+    results = []
+    for engine in engines:
+        ratio = statistics.median(m / b for m, b in zip(medians[engine], base))
+        results.append({"engine": labels[engine], "round_medians_ms": medians[engine], "ratio_to_last": ratio})
+        print(f"  {labels[engine]:<48} median {statistics.median(medians[engine]):8.2f} ms   "
+              f"rounds {' '.join(f'{m:.1f}' for m in medians[engine])}   x{ratio:.3f} of the last (per round)")
+    if args.json:
+        args.json.write_text(json.dumps({"batch": args.batch, "runs": args.runs, "threads": args.threads,
+                                         "rounds": args.processes, "machine": platform.node(),
+                                         "results": results}, indent=2))
 
 
 def batch_case(np, batch: int):
