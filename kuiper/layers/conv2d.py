@@ -66,6 +66,11 @@ WINOGRAD_BYTES = 4 << 20
 #: at 7x7, and ran faster so than with 16 (F(4x4) at 14x14) or 64 (F(2x2) at 28x28, im2col at 14x14).
 WINOGRAD_MIN_TILES = 32
 
+#: kuiper's threads split an image into bands of tile rows if each band keeps this many tiles (columns of its
+#: a*a GEMMs); else each band's input is transformed once and its output channels are split. Bands took
+#: ResNet-18's 28x28 layers (21 tiles a band on 2 threads) in 1.6-1.7 ms, channels in 1.9-2.3 ms.
+WINOGRAD_BAND_TILES = 16
+
 
 def batched(array: np.ndarray) -> np.ndarray:
     """View an unbatched (C, H, W) tensor as (1, C, H, W); a batched one stays as it is."""
@@ -317,7 +322,7 @@ class Conv2d(ConvLayer):
         if u is None:
             u = self.w_winograd[m] = f.transform_kernel(self.w_kernel)
         units = threads.bands(n, tiles_h, max(1, WINOGRAD_BYTES // (4 * a * a * max(c, cout) * tiles_w)),
-                              tiles_w, tiles_w * a * a * c * cout)
+                              tiles_w, tiles_w * a * a * c * cout, WINOGRAD_BAND_TILES)
         size = (a * a * max(c, cout) * units[0][2] * tiles_w,)
 
         def buffers(worker):

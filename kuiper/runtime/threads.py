@@ -201,18 +201,21 @@ MIN_COLUMNS = 64
 MIN_MACS = 1 << 23
 
 
-def bands(items: int, rows: int, max_rows: int, row_columns: int, row_macs: int) -> list:
+def bands(items: int, rows: int, max_rows: int, row_columns: int, row_macs: int, min_columns: int | None = None) -> list:
     """(item, first row, row count) bands covering `rows` output rows of each of `items` images, each band at
     most `max_rows` rows, none more than one row taller than another, the tallest first.
 
-    When every band would still be worth a thread (MIN_COLUMNS, MIN_MACS, with `row_columns` GEMM columns and
-    `row_macs` multiply-adds per row), rows are cut into enough bands for an even split over the threads;
-    otherwise into as few as max_rows allows, and the caller splits each band's work another way."""
+    Rows are cut into enough bands for an even split over the threads, where the rows allow; but an image that
+    fits in one band is cut only if every band would still be worth a thread (`min_columns`, MIN_COLUMNS by
+    default, and MIN_MACS, with `row_columns` GEMM columns and `row_macs` multiply-adds per row). Otherwise the
+    caller splits its work another way."""
     count = -(-rows // max_rows)  # bands per image
     workers = num_threads()
     share = workers // math.gcd(items, workers)  # bands per image must be a multiple of this for an even split
     split = min(rows, -(-count // share) * share)
-    if split > count and (rows // split * row_columns >= MIN_COLUMNS and rows // split * row_macs >= MIN_MACS):
+    # images already cut into bands share them evenly; whole images are cut only if the bands are worth it
+    least = MIN_COLUMNS if min_columns is None else min_columns
+    if count > 1 or rows // split * row_columns >= least and rows // split * row_macs >= MIN_MACS:
         count = split
     heights = [rows // count + (k < rows % count) for k in range(count)]
     tops = [sum(heights[:k]) for k in range(count)]

@@ -306,7 +306,7 @@ def test_im2col_split_over_threads(threads_forced, monkeypatch, split, name):
 @pytest.mark.parametrize("name", ["odd sizes batch3", "valid", "asymmetric padding"])
 def test_winograd_split_over_threads(threads_forced, monkeypatch, split, variant, name):
     """Bands of tile rows per thread, or each band's input transformed once and its output channels split."""
-    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", 1 if split == "bands" else 10 ** 9)
+    monkeypatch.setattr(kuiper.layers.conv2d, "WINOGRAD_BAND_TILES", 1 if split == "bands" else 10 ** 9)
     monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
     test_matches_reference(WINOGRAD_CASES[name])
 
