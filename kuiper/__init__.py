@@ -16,11 +16,12 @@ from kuiper import pnnx
 from kuiper.tensor import Tensor
 from kuiper import layers  # noqa: F401  (registers every layer)
 from kuiper.runtime import GraphState, KuiperWarning, RuntimeGraph, load
+from kuiper.runtime.threads import num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendError", "CustomOpError", "GraphError", "InputError", "KernelBuildError", "KuiperError", "LayerError",
     "PnnxFormatError", "ShapeError", "UnsupportedOperatorError", "GraphState", "KuiperWarning",
-    "RuntimeGraph", "Tensor", "load", "pnnx",
+    "RuntimeGraph", "Tensor", "load", "num_threads", "pnnx", "set_num_threads",
 ]

@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", action="store_true", help="print the BFS execution order with meet_num")
     run.add_argument("--topk", type=int, default=5, help="how many top logits to show (default 5)")
     run.add_argument("--repeat", type=int, default=1, help="run forward this many times, report the median")
+    run.add_argument("--threads", type=int, metavar="N",
+                     help="numpy: split layers over N threads (default: KUIPER_NUM_THREADS, else as many as BLAS uses)")
     run.set_defaults(func=cmd_run, debug=False)
 
     inspect = sub.add_parser("inspect", parents=[common, custom], help="operators, shapes, FLOPs, memory of a model")
@@ -117,6 +119,8 @@ def cmd_run(args) -> None:
     console = _console()
     param = Path(args.model) if args.model else DEFAULT_MODEL
     _require(param, "model")
+    if args.threads is not None:
+        kuiper.set_num_threads(args.threads)
     graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
                         custom_ops=args.custom_op, tuning="measure" if args.tune else None)
     inputs, reference = _inputs_for(graph, param, args)
@@ -124,6 +128,8 @@ def cmd_run(args) -> None:
     where = args.backend
     if graph.runtime is not None:
         where += f" ({graph.runtime.device.name.strip()})"
+    if graph.runtime is None:
+        where += f", {kuiper.num_threads()} thread(s)"
     console.print(f"[bold]{param.name}[/] on [bold]{where}[/], input {shapes}")
 
     times = []

@@ -72,11 +72,12 @@ def num_threads() -> int:
     return _count
 
 
-def set_num_threads(count: int) -> None:
-    """Use `count` threads from now on (1: everything on the calling thread, BLAS left as configured)."""
+def set_num_threads(count: int | None) -> None:
+    """Use `count` threads from now on (1: everything on the calling thread, BLAS left as configured);
+    None goes back to the default (KUIPER_NUM_THREADS, else as many as BLAS uses)."""
     global _count
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise KuiperError(f"set_num_threads needs a positive integer, got {count!r}")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise KuiperError(f"set_num_threads needs a positive integer or None, got {count!r}")
     _count = count
 
 

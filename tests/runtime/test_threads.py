@@ -124,3 +124,22 @@ def test_resnet_is_the_same_on_one_thread_and_on_three(monkeypatch):
     (three_threads,) = graph.forward(x)
     np.testing.assert_allclose(three_threads, one, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(one, np.load("models/resnet18/b1_out0.npy"), rtol=1e-4, atol=1e-3)
+
+
+def test_set_num_threads_and_back_to_the_default(monkeypatch):
+    monkeypatch.setenv("KUIPER_NUM_THREADS", "4")
+    monkeypatch.setattr(threads, "_count", None)
+    kuiper.set_num_threads(1)
+    assert kuiper.num_threads() == 1
+    kuiper.set_num_threads(None)
+    assert kuiper.num_threads() == 4
+
+
+def test_cli_threads_option(capsys, monkeypatch):
+    from kuiper import cli
+
+    monkeypatch.setattr(threads, "_count", None)
+    assert cli.main(["run", "--threads", "0"]) == 1
+    assert "set_num_threads needs a positive integer" in capsys.readouterr().err
+    assert cli.main(["run", "--threads", "1"]) == 0
+    assert "numpy, 1 thread(s)" in capsys.readouterr().out
