@@ -312,7 +312,6 @@ class Conv2d(ConvLayer):
         # extra outputs are dropped. The shape depends on the input's size alone: a buffer used for another input
         # size, whose pixels would sit where this one's zeros belong, is never reused
         padded = self.scratch.get(f"winograd_padded{m}", (n, c, h + top + bottom + m - 1, w + left + right + m - 1))
-        padded[:, :, top:top + h, left:left + w] = x
         tiles = sliding_window_view(padded, (a, a), axis=(2, 3))[:, :, ::m, ::m]  # (N, C, tiles_h, tiles_w, a, a)
         exact = (ho, wo) == (m * tiles_h, m * tiles_w)
         whole = out if exact else self.scratch.get("winograd_out", (n, cout, m * tiles_h, m * tiles_w))
@@ -333,6 +332,10 @@ class Conv2d(ConvLayer):
             """B^T d B for every tile of the band and every input channel, shaped (a*a, C, tiles)."""
             buf_a, buf_b, _ = buffers(worker)
             t = band * tiles_w
+            # the padded rows the band's tiles cover; the 2 rows it shares with the next band get the same
+            # values from both threads
+            first, stop = max(row * m, top), min((row + band) * m + a - m, top + h)
+            padded[item, :, first:stop, left:left + w] = x[item, :, first - top:stop - top]
             # im2col of tiles: d[i, j, channel, tile] = pixel (i, j) of the tile
             d = view(buf_a, a, a, c, band, tiles_w)
             np.copyto(d, tiles[item, :, row:row + band].transpose(3, 4, 0, 1, 2))

@@ -29,9 +29,10 @@ import numpy as np
 
 from kuiper.layers.attribute import copy_constant
 from kuiper.layers.base import Layer
-from kuiper.layers.elementwise import erf
+from kuiper.layers.elementwise import BLOCK, PART_BLOCKS, erf
 from kuiper.layers.expression_parser import Apply, ExpressionSyntaxError, Literal, Operand, parse, to_rpn
 from kuiper.layers.registry import register
+from kuiper.runtime import threads
 from kuiper.runtime.opencl import round_up
 from kuiper.runtime.operators import numpy_dtype
 
@@ -138,6 +139,22 @@ class Expression(Layer):
 
     def forward_numpy(self, inputs, outputs):
         out = outputs[0]
+        used = [inputs[i] for i in self.operands]
+        if (used and out.size > BLOCK and out.flags.c_contiguous
+                and all(x.shape == out.shape and x.flags.c_contiguous for x in used)):
+            # no broadcasting (a residual add): kuiper's threads take a share of the elements each
+            flat = [x.reshape(-1) if x.shape == out.shape else x for x in inputs]
+            flat_out = out.reshape(-1)
+
+            def part(first, stop, _):
+                span = slice(first * BLOCK, min(stop * BLOCK, out.size))
+                self.evaluate([x[span] if x.shape == flat_out.shape else x for x in flat], flat_out[span])
+            threads.parallel(part, -(-out.size // BLOCK), grain=PART_BLOCKS)
+        else:
+            self.evaluate(inputs, out)
+
+    def evaluate(self, inputs, out):
+        """Run the program on these inputs into `out`, then the fused activation, if any."""
         stack = []  # (value, scratch): scratch values are arrays of ours, free to overwrite once consumed
         last = len(self.program) - 1
         for step, (kind, arg) in enumerate(self.program):
