@@ -253,27 +253,50 @@ class Conv2d(ConvLayer):
         """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES).
 
         kuiper's threads (runtime/threads.py) take a share of the bands each, when there are enough bands
-        worth a thread; otherwise each band's GEMM is split over output channels."""
+        worth a thread. Otherwise (a small image, as in ResNet's last layers) they share a band's input channels:
+        each copies and multiplies its channels' rows of the column matrix (its part of the GEMM's depth), and the
+        partial products are summed; the copy, slow for narrow images, is split too. Grouped convolutions of
+        small images run on one thread."""
         windows = self._windows(x)  # (N, C, kh, kw, Ho, Wo), a view
         n, c, kh, kw, ho, wo = windows.shape
         g, k = self.groups, c * kh * kw
         units = threads.bands(n, ho, max(1, COLUMN_BYTES // (4 * k * wo)), wo, wo * k * self.out_channels // g)
         out_pixels = out.reshape(n, g, -1, ho * wo)
 
-        def gemm(worker, item, top, band, multiply=np.matmul):
+        def columns(worker, item, top, band, first=0, stop=c):
+            """Input channels first..stop-1 of the band's column matrix, in this thread's buffer: im2col itself."""
             buffer = self.scratch.get(f"columns{worker}", (k * units[0][2] * wo,))
-            columns = buffer[:k * band * wo].reshape(c, kh, kw, band, wo)
-            np.copyto(columns, windows[item, :, :, :, top:top + band])  # the one copy: im2col itself
-            multiply(self.w_gemm, columns.reshape(g, -1, band * wo), out=out_pixels[item, :, :, top * wo:(top + band) * wo])
-            self.add_bias(out[item, :, top:top + band])  # while the band is still in the cache
+            matrix = buffer[:(stop - first) * kh * kw * band * wo].reshape(stop - first, kh, kw, band, wo)
+            np.copyto(matrix, windows[item, first:stop, :, :, top:top + band])
+            return matrix.reshape(g, -1, band * wo)
+
+        def finish(item, top, band):  # while the band is still in the cache
+            self.add_bias(out[item, :, top:top + band])
             self.activate(out[item, :, top:top + band])
 
-        if len(units) >= threads.num_threads():
+        def gemm(worker, item, top, band):
+            np.matmul(self.w_gemm, columns(worker, item, top, band),
+                      out=out_pixels[item, :, :, top * wo:(top + band) * wo])
+            finish(item, top, band)
+
+        if len(units) >= threads.num_threads() or g > 1:
             threads.parallel(lambda first, stop, worker: [gemm(worker, *unit) for unit in units[first:stop]],
                              len(units))
-        else:
-            for unit in units:
-                gemm(0, *unit, multiply=threads.parallel_matmul)
+            return
+        for item, top, band in units:
+            pixels = out_pixels[item, 0, :, top * wo:(top + band) * wo]
+            partials = []
+
+            def part(first, stop, worker):
+                target = pixels if worker == 0 else self.scratch.get(f"partial{worker}", pixels.shape)
+                np.matmul(self.w_gemm[0, :, first * kh * kw:stop * kh * kw],
+                          columns(worker, item, top, band, first, stop)[0], out=target)
+                if worker:
+                    partials.append(target)
+            threads.parallel(part, c, grain=-(-threads.MIN_MACS // (self.out_channels * kh * kw * band * wo)))
+            for partial in partials:
+                pixels += partial
+            finish(item, top, band)
 
     def _windows(self, x):
         """The kernel windows over the zero-padded input, shaped (N, C, kh, kw, Ho, Wo): strided views, no copy.

@@ -6,8 +6,8 @@ and only inside matrix products: copies, Winograd's transforms, pooling and acti
 BLAS also splits every product of a stack by itself: ResNet-18's 36 stacked 64-channel Winograd GEMMs ran
 slower with OpenBLAS's two threads than with one on a 2-core machine.
 
-So layers split their work themselves (`parallel`): convolutions by bands of output rows or by blocks of
-output channels, element-wise layers by blocks of elements, pooling by channel planes. While a numpy forward
+So layers split their work themselves (`parallel`): convolutions by bands of output rows or by channels,
+element-wise layers and residual adds by blocks of elements, pooling by channel planes. While a numpy forward
 runs (`active`), BLAS is held at one thread: OpenBLAS's idle threads keep spinning for a while after each
 call, and measured here they slowed the parts that followed by up to 2x. Handing a part to a thread and
 back still costs 0.05-0.15 ms (the GIL changes hands twice), so a part must be worth it: `grain` sets the
@@ -25,7 +25,6 @@ import os
 import threading
 import time
 
-import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from kuiper.errors import KuiperError
@@ -183,15 +182,6 @@ def active():
             yield
         finally:
             _active = False
-
-
-def parallel_matmul(a, b, out) -> None:
-    """np.matmul(a, b, out=out) with the rows of `a` and `out` shared out over the threads (as for a
-    convolution whose image is too small to split, but whose output channels are many)."""
-    rows, depth, columns = a.shape[-2], a.shape[-1], out.shape[-1]
-    stack = out.size // (rows * columns)
-    parallel(lambda lo, hi, _: np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :]), rows,
-             grain=-(-MIN_MACS // (stack * depth * columns)))
 
 
 #: a band of a convolution split over threads keeps at least this many output pixels (columns of its GEMM):

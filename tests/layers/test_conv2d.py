@@ -296,7 +296,8 @@ def threads_forced(request, monkeypatch):
 @pytest.mark.parametrize("name", ["stride2 odd batch3 nobias", "groups3 stride2", "7x7 stride2 pad3",
                                   "depthwise multiplier same", "kernel<stride"])
 def test_im2col_split_over_threads(threads_forced, monkeypatch, split, name):
-    """Bands of output rows per thread, or (bands too thin) each band's GEMM split over output channels."""
+    """Bands of output rows per thread, or (bands too thin) each band's input channels split, partial products
+    summed; grouped convolutions of small images stay on one thread."""
     monkeypatch.setattr(threads_forced, "MIN_COLUMNS", 1 if split == "bands" else 10 ** 9)
     test_matches_reference(CASES[name])
 

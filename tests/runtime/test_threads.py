@@ -91,14 +91,6 @@ def test_bands_of_a_batch_split_evenly_over_the_threads(monkeypatch):
     assert units == [(item, 0, 8) for item in range(4)]
 
 
-def test_parallel_matmul_splits_rows(three):
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((2, 50, 30)), rng.standard_normal((2, 30, 7))
-    out = np.empty((2, 50, 7))
-    threads.parallel_matmul(a, b, out)
-    np.testing.assert_allclose(out, a @ b)
-
-
 @pytest.mark.parametrize("text", ["0", "-2", "two", ""])
 def test_bad_thread_counts_are_clear_errors(monkeypatch, text):
     monkeypatch.setattr(threads, "_count", None)
