@@ -28,6 +28,11 @@ numpy they cost about as much as the GEMMs: ResNet-18's 3x3 layers run 1.15-1.35
 1.05-1.15x with F(2x2), not 4x and 2.25x. Images with too few tiles to pay for reading the larger transformed
 weights stay on im2col (see WINOGRAD_MIN_TILES).
 
+On numpy, kuiper's threads (kuiper/runtime/threads.py) share each convolution: bands of output rows when the
+image is big enough for every thread to get a band worth a GEMM, else its channels (Winograd's output
+channels, im2col's input channels with the partial products summed). An activation the graph fused into the
+layer (Layer.fuse) is applied to each band as soon as it is written, while it is still in the cache.
+
 On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/layers/gemm.py) there is no Winograd: the same im2col and
 GEMM, for every group and batch item in one launch, the bias added by the GEMM. With a gemm_cpu variant (the
 rule's on CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (the rule's on GPUs)

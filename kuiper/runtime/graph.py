@@ -449,7 +449,8 @@ class RuntimeGraph:
                     for succ in operand.consumers:  # one entry per input slot fed by this operand
                         succ.meet_num += 1
                         if trace:
-                            self._trace(f"        probe {succ.name:<22} meet_num {succ.meet_num}/{len(succ.input_operands)}")
+                            waits = len(succ.input_operands)
+                            self._trace(f"        probe {succ.name:<22} meet_num {succ.meet_num}/{waits}")
                         if succ.meet_num == len(succ.input_operands):
                             queue.append(succ)
 

@@ -32,7 +32,10 @@ from kuiper.errors import KuiperError
 _state = threading.local()  # .inside is True while a thread runs a part: a part that splits again runs inline
 _count: int | None = None
 _workers: list = []  # started on first use, kept for the life of the process
-_active = False  # inside `active()`: idle workers spin instead of sleeping
+_busy = threading.Lock()  # held by the caller of parallel whose parts the workers run
+_span = threading.Lock()  # guards the two below
+_active = 0  # forwards inside `active()`: while any runs, idle workers spin instead of sleeping
+_blas_limit = None  # threadpoolctl's limit while _active, to restore after
 _blas: ThreadpoolController | None = None
 
 
@@ -85,7 +88,7 @@ class _Worker(threading.Thread):
 
     While a forward runs (`active`), it keeps looking for its next part between parts, yielding its core
     between looks, rather than sleeping: waking a sleeping thread took 0.1-0.4 ms here, as long as a small
-    layer's whole part, and ResNet-18 ran 10-15% faster with its thread awake between layers. Outside a
+    layer's whole part; over 24 paired rounds ResNet-18 ran 2-3% faster with its thread awake. Outside a
     forward, or after SPIN_SECONDS without work, it sleeps."""
 
     def __init__(self, index: int):
@@ -143,26 +146,30 @@ def parallel(part, count: int, grain: int = 1) -> None:
 
     The calling thread runs the first slice itself (worker 0); `worker` lets a part pick its own scratch
     buffers. Returns once every slice is done, re-raising the first error. Inside a part, parallel runs
-    the whole range inline, so nested splits cannot wait on threads they occupy.
+    the whole range inline, so nested splits cannot wait on threads they occupy; so does a second caller
+    while another one has the threads (two forwards at once in two threads of yours).
     """
     threads = min(num_threads(), count // max(1, grain))
-    if threads <= 1 or getattr(_state, "inside", False):
+    if threads <= 1 or getattr(_state, "inside", False) or not _busy.acquire(blocking=False):
         if count > 0:
             part(0, count, 0)
         return
-    global _workers
-    if len(_workers) < num_threads() - 1:
-        _workers += [_Worker(i) for i in range(len(_workers) + 1, num_threads())]
-    bounds = [count * i // threads for i in range(threads + 1)]
-    helpers = _workers[:threads - 1]
-    for i, worker in enumerate(helpers, 1):
-        worker.give((part, bounds[i], bounds[i + 1], i))
-    _state.inside = True
     try:
-        part(bounds[0], bounds[1], 0)
-    finally:  # wait even if our slice failed: the others are still writing into shared buffers
-        _state.inside = False
-        errors = [worker.wait() for worker in helpers]
+        global _workers
+        if len(_workers) < num_threads() - 1:
+            _workers += [_Worker(i) for i in range(len(_workers) + 1, num_threads())]
+        bounds = [count * i // threads for i in range(threads + 1)]
+        helpers = _workers[:threads - 1]
+        for i, worker in enumerate(helpers, 1):
+            worker.give((part, bounds[i], bounds[i + 1], i))
+        _state.inside = True
+        try:
+            part(bounds[0], bounds[1], 0)
+        finally:  # wait even if our slice failed: the others are still writing into shared buffers
+            _state.inside = False
+            errors = [worker.wait() for worker in helpers]
+    finally:
+        _busy.release()
     for error in errors:
         if error is not None:
             raise error
@@ -171,17 +178,23 @@ def parallel(part, count: int, grain: int = 1) -> None:
 @contextlib.contextmanager
 def active():
     """The span of a numpy forward: BLAS held at one thread, and kuiper's idle threads awake between parts
-    (only when kuiper has threads of its own to split work over)."""
-    global _active
+    (only when kuiper has threads of its own to split work over). Forwards running at once in several
+    threads of yours share one span: the first to start holds BLAS, the last to end lets it go."""
+    global _active, _blas_limit
     if num_threads() <= 1:
         yield
         return
-    with _controller().limit(limits=1, user_api="blas"):
-        _active = True
-        try:
-            yield
-        finally:
-            _active = False
+    with _span:
+        _active += 1
+        if _active == 1:
+            _blas_limit = _controller().limit(limits=1, user_api="blas")
+    try:
+        yield
+    finally:
+        with _span:
+            _active -= 1
+            if _active == 0:
+                _blas_limit.restore_original_limits()
 
 
 #: a band of a convolution split over threads keeps at least this many output pixels (columns of its GEMM):
@@ -192,7 +205,8 @@ MIN_COLUMNS = 64
 MIN_MACS = 1 << 23
 
 
-def bands(items: int, rows: int, max_rows: int, row_columns: int, row_macs: int, min_columns: int | None = None) -> list:
+def bands(items: int, rows: int, max_rows: int, row_columns: int, row_macs: int,
+          min_columns: int | None = None) -> list:
     """(item, first row, row count) bands covering `rows` output rows of each of `items` images, each band at
     most `max_rows` rows, none more than one row taller than another, the tallest first.
 

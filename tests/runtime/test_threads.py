@@ -135,3 +135,34 @@ def test_cli_threads_option(capsys, monkeypatch):
     assert "set_num_threads needs a positive integer" in capsys.readouterr().err
     assert cli.main(["run", "--threads", "1"]) == 0
     assert "numpy, 1 thread(s)" in capsys.readouterr().out
+
+
+def blas_threads():
+    return [lib.num_threads for lib in threads._controller().select(user_api="blas").lib_controllers]
+
+
+def test_forwards_in_several_threads_of_yours_at_once(monkeypatch):
+    """Each graph gets right answers while the other runs; BLAS gets its thread count back at the end."""
+    monkeypatch.setattr(threads, "_count", 2)
+    before = blas_threads()
+    x = np.load("models/resnet18/b1_in0.npy")
+    want = np.load("models/resnet18/b1_out0.npy")
+    graphs = [kuiper.load("models/resnet18/resnet18.pnnx.param") for _ in range(2)]
+    results, errors = {}, []
+
+    def run(k):
+        try:
+            results[k] = [graphs[k].forward(x)[0] for _ in range(4)]
+        except Exception as error:  # reported below, in the test's own thread
+            errors.append(error)
+    users = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for user in users:
+        user.start()
+    for user in users:
+        user.join()
+    assert not errors
+    for outs in results.values():
+        for out in outs:
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+    assert blas_threads() == before
+    assert threads._active == 0
