@@ -154,6 +154,12 @@ class Layer:
         """Compute outputs (preallocated numpy arrays, filled in place) from the input arrays."""
         raise NotImplementedError(f"{type(self).__name__} must implement forward_numpy")
 
+    def prepare(self, input_shapes: list) -> None:
+        """numpy: once per new input shapes, when the graph plans for them (at build for the shapes the file
+        records, else before the first forward at others), do the work that depends on the shapes but not
+        on the values, so that forward does not (convolution: Winograd's transformed weights). By default
+        there is none."""
+
     def fuse(self, activation: "Layer") -> bool:
         """Offer this layer `activation`, an in-place element-wise layer that is the only reader of its output.
         Return True to take it: forward_numpy then applies it (`activation.apply(out, out)`) to the output it

@@ -228,6 +228,19 @@ class Conv2d(ConvLayer):
         totals = (d * (k - 1) for k, d in zip(self.kernel_size, self.dilation))
         return tuple((t // 2, t - t // 2) for t in totals)
 
+    def prepare(self, input_shapes):
+        ho, wo = self.output_shapes(input_shapes)[0][-2:]
+        variant = self._winograd_variant(ho, wo) if self.winograd_ok else None
+        if variant is not None:
+            self.winograd_weights(variant)
+
+    def winograd_weights(self, f: Winograd) -> np.ndarray:
+        """G g G^T of the weights for F(m x m, 3x3), made once (by prepare, or on first use)."""
+        u = self.w_winograd.get(f.m)
+        if u is None:
+            u = self.w_winograd[f.m] = f.transform_kernel(self.w_kernel)
+        return u
+
     def fuse(self, activation):
         # numpy only: the graph offers fusion on that backend alone, and forward_opencl never activates
         self.activation = activation
@@ -356,9 +369,7 @@ class Conv2d(ConvLayer):
         whole = out if exact else self.scratch.get("winograd_out", (n, cout, m * tiles_h, m * tiles_w))
         blocks = whole.reshape(n, cout, tiles_h, m, tiles_w, m)  # output pixel (m*ty + y, m*tx + x)
 
-        u = self.w_winograd.get(m)
-        if u is None:
-            u = self.w_winograd[m] = f.transform_kernel(self.w_kernel)
+        u = self.winograd_weights(f)
         units = threads.bands(n, tiles_h, max(1, WINOGRAD_BYTES // (4 * a * a * max(c, cout) * tiles_w)),
                               tiles_w, tiles_w * a * a * c * cout, WINOGRAD_BAND_TILES)
         size = (a * a * max(c, cout) * units[0][2] * tiles_w,)

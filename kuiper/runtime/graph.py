@@ -293,6 +293,8 @@ class RuntimeGraph:
                 continue
             in_shapes = [shapes[o.name] for o in op.input_operands]
             out_shapes = op.layer.output_shapes(in_shapes)
+            if self.runtime is None:
+                op.layer.prepare(in_shapes)
             out_dtypes = op.layer.output_dtypes([dtypes[o.name] for o in op.input_operands])
             for operand, shape, dtype in zip(op.output_operands, out_shapes, out_dtypes):
                 shapes[operand.name] = tuple(int(d) for d in shape)

@@ -206,3 +206,14 @@ def test_resnet_fuses_every_relu_on_numpy():
     producers = [op.input_operands[0].producer.type for op in resnet.operators if op.name in relus]
     assert sorted(producers).count("nn.Conv2d") == 9  # the stem and each block's first convolution
     assert producers.count("pnnx.Expression") == 8  # each block's residual add
+
+
+def test_winograd_weights_are_made_when_planning_not_in_forward():
+    resnet = kuiper.load("models/resnet18/resnet18.pnnx.param")  # build plans the recorded 1x3x224x224
+
+    def made():
+        return {op.name: sorted(op.layer.w_winograd) for op in resnet.operators if op.type == "nn.Conv2d"}
+    assert made()["convbn2d_1"] == [4] and made()["convbn2d_7"] == [4] and made()["convbn2d_12"] == [2]
+    assert made()["convbn2d_17"] == []  # 7x7: im2col
+    resnet.plan_for((1, 3, 112, 112))  # layer2 now sees 14x14 images: F(2x2) too, before any forward
+    assert made()["convbn2d_7"] == [2, 4]
