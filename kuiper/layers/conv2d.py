@@ -214,7 +214,7 @@ class Conv2d(ConvLayer):
         pointwise = (kh, kw) == (1, 1) and self.stride == (1, 1) and self.pads == ((0, 0), (0, 0))
         self._convolve = self._pointwise if pointwise else self._im2col
         self.winograd_ok = (kh, kw) == (3, 3) and self.stride == self.dilation == (1, 1) and g == 1
-        self.w_winograd = {}  # m -> transformed weights, made on first use: only the variants some shape needs
+        self.w_winograd = {}  # m -> transformed weights, made by prepare: only the variants some shape needs
 
     def _read_padding(self) -> tuple:
         """Padding as ((top, bottom), (left, right)); 'same' puts the odd extra pixel bottom/right like PyTorch."""
