@@ -142,6 +142,13 @@ class Tensor:
     def __truediv__(self, other):
         return self._binary(other, np.divide)
 
+    # `2 - t` and `1 / t` land here: the operands swap places, so the order of subtract and divide flips back
+    def __rsub__(self, other):
+        return self._binary(other, lambda mine, theirs: np.subtract(theirs, mine))
+
+    def __rtruediv__(self, other):
+        return self._binary(other, lambda mine, theirs: np.divide(theirs, mine))
+
     __radd__ = __add__
     __rmul__ = __mul__
 

@@ -53,6 +53,13 @@ def test_elementwise_ops_broadcast_like_numpy():
     assert (-x).numpy()[1, 2] == -5
 
 
+def test_reflected_ops_keep_the_order_of_the_operands():
+    x = Tensor(np.array([1, 2, 4], dtype=np.float32))
+    np.testing.assert_array_equal((10 - x).numpy(), [9, 8, 6])
+    np.testing.assert_array_equal((8 / x).numpy(), [8, 4, 2])
+    np.testing.assert_array_equal((3 + x).numpy(), [4, 5, 7])
+
+
 def test_transform_applies_in_place():
     t = Tensor(np.array([0.0, 1.0], dtype=np.float32))
     t.transform(np.exp)
