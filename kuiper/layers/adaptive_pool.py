@@ -20,7 +20,6 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.layers.upsample import resample_axis
 from kuiper.runtime.opencl import round_up
 
 
@@ -58,6 +57,17 @@ def max_over_taps(x: np.ndarray, index: np.ndarray, axis: int, labels: np.ndarra
             label += better * (np.take(labels, tap, axis=axis) - label)  # a branch-free label[better] = ...
         np.maximum(best, candidate, out=best)
     return best, label
+
+
+def mean_over_taps(x: np.ndarray, index: np.ndarray, weight: np.ndarray, axis: int, out=None) -> np.ndarray:
+    """The mean over the taps index[t] along `axis` (counted from the end): the sum of a bin's own positions
+    times 1 / its length (weight[0]). The repeated last position of a shorter bin (weight 0) is skipped, not
+    multiplied by 0, which would turn an infinite input into NaN where PyTorch's mean keeps it infinite."""
+    shape = weight.shape[:2] + (1,) * (-1 - axis)  # broadcast along `axis`
+    total = np.take(x, index[0], axis=axis)
+    for tap, tap_weight in zip(index[1:], weight[1:]):
+        np.add(total, np.take(x, tap, axis=axis), out=total, where=tap_weight.reshape(shape[1:]) != 0)
+    return np.multiply(total, weight[0].reshape(shape[1:]), out=out)
 
 
 class AdaptivePool2d(Layer):
@@ -111,9 +121,8 @@ class AdaptiveAvgPool2d(AdaptivePool2d):
     cl_name = "adaptive_avg_pool2d"
 
     def pool_bins(self, x, row_taps, col_taps, outputs):
-        # a bin's mean is a weighted sum of its positions: the same separable sum that resizes images
-        by_rows = resample_axis(x, *row_taps, axis=-2)
-        resample_axis(by_rows, *col_taps, axis=-1, out=outputs[0])
+        by_rows = mean_over_taps(x, *row_taps, axis=-2)
+        mean_over_taps(by_rows, *col_taps, axis=-1, out=outputs[0])
 
 
 @register("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d")

@@ -103,3 +103,17 @@ def test_rejects_bad_parameters():
     with pytest.raises(LayerError, match="output"):  # return_indices needs the indices output
         make_layer("F.adaptive_max_pool2d", params=dict(output_size=(2, 2), return_indices=True),
                    input_shapes=[(1, 1, 4, 4)])
+
+
+@pytest.mark.parametrize("output_size", [(3, 4), (7, 8), (1, 1)])
+def test_adaptive_avg_pool_keeps_infinities_as_pytorch_does(output_size):
+    """A bin with an inf (and no -inf) has mean inf, not NaN; one with both is NaN, as PyTorch gives."""
+    x = RNG.standard_normal((1, 2, 10, 7)).astype(np.float32)
+    x[0, 0, 4, 3] = np.inf
+    x[0, 1, 2, 2], x[0, 1, 2, 5] = -np.inf, np.inf
+    layer = make_layer("nn.AdaptiveAvgPool2d", params=dict(output_size=output_size), input_shapes=[x.shape])
+    with np.errstate(invalid="ignore"):  # inf + -inf: numpy warns where PyTorch is silent
+        (out,) = layer.run_numpy(x)
+        expected = reference_adaptive(x, *output_size, "avg")[0]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    assert np.isinf(out).any()
