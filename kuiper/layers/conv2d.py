@@ -414,7 +414,8 @@ class Conv2d(ConvLayer):
                 np.copyto(target, y)
             else:
                 np.add(y, self.bias[first:stop].reshape(-1, 1, 1, 1, 1), out=target)
-            self.activate(target)
+            # the same pixels as whole output rows: numpy walks those in longer runs (layer1: 0.113 vs 0.121 ms)
+            self.activate(whole[item, first:stop, row * m:(row + band) * m])
 
         def bands_part(first, stop, worker):  # whole bands, all output channels
             for unit in units[first:stop]:
