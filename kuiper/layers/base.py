@@ -166,6 +166,12 @@ class Layer:
         writes, and the graph skips the activation's own operator. By default a layer declines."""
         return False
 
+    def fuse_add(self) -> bool:
+        """Offer this layer the sum of its output and another tensor of the same shape, which the graph would
+        then pass as one more input (after the layer's own) for forward_numpy to add to its output, before
+        any activation fused later. Return True to take it. By default a layer declines."""
+        return False
+
     # ---- the OpenCL path (kuiper/runtime/opencl.py) -------------------------------------------------
     @property
     def supports_opencl(self) -> bool:

@@ -166,6 +166,7 @@ class ConvLayer(Layer):
         bias = self.weight("bias", (self.out_channels,)) if self.bool_param("bias", True) else None
         self.bias = None if bias is None else np.array(bias).reshape(-1, 1, 1)
         self.activation = None  # an activation the graph fused into this layer (Layer.fuse)
+        self.adds_residual = False  # the graph fused a sum into this layer: inputs[1] is added (Layer.fuse_add)
         self.scratch = Scratch()
 
     def positive_int(self, key: str, *default) -> int:
@@ -191,8 +192,11 @@ class ConvLayer(Layer):
         if self.bias is not None:
             out += self.bias
 
-    def activate(self, out: np.ndarray) -> None:
-        """Apply the fused activation, if any, to (a band of) the output just written."""
+    def finish(self, out: np.ndarray, residual: np.ndarray | None) -> None:
+        """After the bias, to (a band of) the output just written: the residual of a sum the graph fused into
+        this layer (`residual`, the same band of the other tensor), then the fused activation, if any."""
+        if residual is not None:
+            out += residual
         if self.activation is not None:
             self.activation.apply(out, out)
 
@@ -243,7 +247,16 @@ class Conv2d(ConvLayer):
 
     def fuse(self, activation):
         # numpy only: the graph offers fusion on that backend alone, and forward_opencl never activates
+        if self.activation is not None:
+            return False
         self.activation = activation
+        return True
+
+    def fuse_add(self):
+        # a residual added before the activation, so not after one has been fused
+        if self.activation is not None or self.adds_residual:
+            return False
+        self.adds_residual = True
         return True
 
     def macs(self, input_shapes, output_shapes):
@@ -264,21 +277,22 @@ class Conv2d(ConvLayer):
 
     def forward_numpy(self, inputs, outputs):
         x, out = batched(inputs[0]), batched(outputs[0])
+        residual = batched(inputs[1]) if self.adds_residual else None
         variant = self._winograd_variant(*out.shape[2:]) if self.winograd_ok else None
         if variant is None:
-            self._convolve(x, out)
+            self._convolve(x, out, residual)
         else:
-            self._winograd(x, out, variant)
+            self._winograd(x, out, residual, variant)
 
     # ---- the three ways to convolve, each adding the bias ------------------------------------------
-    def _pointwise(self, x, out):
+    def _pointwise(self, x, out, residual):
         """1x1, stride 1, no padding: out[n, g] = W[g] @ x[n, g], all batch items and groups in one call."""
         n, g, hw = x.shape[0], self.groups, x.shape[2] * x.shape[3]
         np.matmul(self.w_gemm, x.reshape(n, g, -1, hw), out=out.reshape(n, g, -1, hw))
         self.add_bias(out)
-        self.activate(out)
+        self.finish(out, residual)
 
-    def _im2col(self, x, out):
+    def _im2col(self, x, out, residual):
         """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES).
 
         kuiper's threads (runtime/threads.py) take a share of the bands each, when there are enough bands
@@ -301,7 +315,7 @@ class Conv2d(ConvLayer):
 
         def finish(item, top, band):  # while the band is still in the cache
             self.add_bias(out[item, :, top:top + band])
-            self.activate(out[item, :, top:top + band])
+            self.finish(out[item, :, top:top + band], None if residual is None else residual[item, :, top:top + band])
 
         def gemm(worker, item, top, band):
             np.matmul(self.w_gemm, columns(worker, item, top, band),
@@ -350,7 +364,7 @@ class Conv2d(ConvLayer):
                 return variant
         return None
 
-    def _winograd(self, x, out, f: Winograd):
+    def _winograd(self, x, out, residual, f: Winograd):
         """Winograd F(m x m, 3x3) over bands of tile rows (see the module docstring), adding the bias.
 
         As in im2col, kuiper's threads take a share of the bands each when there are enough bands worth a
@@ -414,8 +428,9 @@ class Conv2d(ConvLayer):
                 np.copyto(target, y)
             else:
                 np.add(y, self.bias[first:stop].reshape(-1, 1, 1, 1, 1), out=target)
-            # the same pixels as whole output rows: numpy walks those in longer runs (layer1: 0.113 vs 0.121 ms)
-            self.activate(whole[item, first:stop, row * m:(row + band) * m])
+            if exact:  # the same pixels as whole output rows: numpy walks those in longer runs
+                rows = slice(row * m, (row + band) * m)
+                self.finish(out[item, first:stop, rows], None if residual is None else residual[item, first:stop, rows])
 
         def bands_part(first, stop, worker):  # whole bands, all output channels
             for unit in units[first:stop]:
@@ -428,8 +443,9 @@ class Conv2d(ConvLayer):
                 v = transform_input(0, *unit)
                 threads.parallel(lambda first, stop, worker: transform_output(worker, v, *unit, first, stop), cout,
                                  grain=-(-threads.MIN_MACS // (a * a * c * unit[2] * tiles_w)))
-        if not exact:
+        if not exact:  # the residual and activation, once the overhanging tiles are cut off
             out[...] = whole[:, :, :ho, :wo]
+            self.finish(out, residual)
 
     # ---- OpenCL -----------------------------------------------------------------------------------
     def build_opencl(self, rt):

@@ -177,8 +177,17 @@ class Expression(Layer):
 
     def fuse(self, activation):
         # a residual add and the ReLU after it, in one pass of the graph; numpy only, as the graph offers it
+        if self.activation is not None:
+            return False
         self.activation = activation
         return True
+
+    @property
+    def adds_two_inputs(self) -> bool:
+        """expr=add(@0,@1): a sum the graph may fuse into the producer of one of the two (Layer.fuse_add)."""
+        (first, a), (second, b), (last, function) = (self.program + [(None, None)] * 3)[:3]
+        return len(self.program) == 3 and (first, second, last) == ("input", "input", "apply") \
+            and {a, b} == {0, 1} and function == (np.add, 2)
 
     # ---- OpenCL ---------------------------------------------------------------------------------------
     @property

@@ -122,7 +122,8 @@ class RuntimeGraph:
         self.output_operands = []  # flattened graph outputs, in order
         self.order = []          # execution order fixed by build()
         self.in_place = {}       # numpy: operand -> the operand its in-place producer overwrote (see build)
-        self.fused = set()       # numpy: operators whose work their input's producer does (see build)
+        self.fused = {}          # numpy: operator -> the operator that does its work (see build)
+        self.extra_inputs = {}   # numpy: operator -> operands it reads for operators fused into it (see build)
         self._plans = {}         # input signature -> ExecutionPlan
         self.last_trace = []
         self.last_profile = []
@@ -213,24 +214,44 @@ class RuntimeGraph:
         return self
 
     def _fuse_in_place(self) -> None:
-        """On numpy, let element-wise layers that can (Layer.in_place: ReLU, clamps) overwrite their input instead
-        of writing a buffer of their own, wherever nothing else reads that input; and where the input's producer
-        can apply the activation itself while its output is still in the cache (Layer.fuse: convolution,
-        expressions), let it: the activation's operator then only hands the tensor on.
+        """On numpy, let operators overwrite their input instead of writing a buffer of their own, wherever
+        nothing else reads that input, and let the producer of that input do their work while its output is
+        still in the cache; the fused operator then only hands the tensor on. Two kinds:
+
+        - element-wise layers that can work in place (Layer.in_place: ReLU, clamps), done by a producer that
+          takes them (Layer.fuse: convolution, expressions);
+        - a sum of two tensors (pnnx.Expression add(@0,@1): ResNet's residual add), done by the producer of
+          one of them (Layer.fuse_add: convolution) when the other is ready before that producer runs: the
+          graph then hands the producer the other tensor as an extra input.
 
         The graph's own inputs (the caller's arrays) and outputs (fresh arrays per forward) are never shared."""
         graph_ends = {o.name for o in self.output_operands}
         graph_ends.update(op.output_operand.name for op in self.input_operators)
+        step = {op.name: k for k, op in enumerate(self.order)}
         for op in self.order:
-            if op.layer is None or not op.layer.in_place or len(op.input_operands) != 1:
+            if op.layer is None or len(op.output_operands) != 1 or op.output_operand.name in graph_ends:
                 continue
-            source, result = op.input_operands[0], op.output_operand
-            if len(source.consumers) != 1 or source.name in graph_ends or result.name in graph_ends:
+            sums = len(op.input_operands) == 2 and getattr(op.layer, "adds_two_inputs", False)
+            if not (op.layer.in_place and len(op.input_operands) == 1) and not sums:
                 continue
-            self.in_place[result.name] = source.name
-            producer = source.producer.layer
-            if producer is not None and producer.fuse(op.layer):
-                self.fused.add(op.name)
+            for source in op.input_operands:
+                other = [o for o in op.input_operands if o is not source]
+                if len(source.consumers) != 1 or source.name in graph_ends:
+                    continue
+                if other and (source.shape is None or source.shape != op.output_operand.shape):
+                    continue  # the sum must have this input's shape (as recorded), not a broadcast larger one
+                if other and step[other[0].producer.name] > step[source.producer.name]:
+                    continue  # the other tensor would not be ready when the producer runs
+                self.in_place[op.output_operand.name] = source.name
+                # an activation goes to whoever does its input's work; a sum only to a producer that runs
+                doer = source.producer.name if other else self.fused.get(source.producer.name, source.producer.name)
+                layer = self.order[step[doer]].layer
+                if doer not in self.fused and layer is not None and (
+                        layer.fuse_add() if other else layer.fuse(op.layer)):
+                    self.fused[op.name] = doer
+                    if other:
+                        self.extra_inputs[doer] = other
+                break
 
     def _build_opencl(self) -> None:
         """Upload weights and compile kernels once; say which operators must run on the host."""
@@ -300,6 +321,11 @@ class RuntimeGraph:
                 shapes[operand.name] = tuple(int(d) for d in shape)
                 dtypes[operand.name] = np.dtype(dtype)
 
+        for name, source in self.in_place.items():
+            if shapes[name] != shapes[source]:
+                raise ShapeError(f"{self.param_path}: '{self.operands[name].producer.name}' writes over its input "
+                                 f"'{source}', but at these input shapes its output {_fmt(shapes[name])} differs "
+                                 f"from that input's {_fmt(shapes[source])}")
         lifetimes = self._lifetimes(shapes, dtypes)
         plan = ExecutionPlan(shapes, dtypes, lifetimes, self.runtime, self.in_place)
         plan.reuse_waits = self._reuse_waits(lifetimes, plan.assignment)
@@ -445,7 +471,7 @@ class RuntimeGraph:
                 if profile and op.layer is not None:
                     host_times.append((op, time.perf_counter() - started))
                 if trace:
-                    fused = f" (fused into {op.input_operands[0].producer.name})" if op.name in self.fused else ""
+                    fused = f" (fused into {self.fused[op.name]})" if op.name in self.fused else ""
                     self._trace(f"run   {op.name:<28} {op.type}{fused}")
                 for operand in op.output_operands:
                     for succ in operand.consumers:  # one entry per input slot fed by this operand
@@ -490,7 +516,7 @@ class RuntimeGraph:
             if tensor is None:  # a graph output on numpy: a fresh array the caller will own
                 tensor = Tensor.empty(plan.shapes[operand.name], dtype=plan.dtypes[operand.name])
             outputs.append(tensor)
-        inputs = [o.tensor for o in op.input_operands]
+        inputs = [o.tensor for o in op.input_operands + self.extra_inputs.get(op.name, [])]
         if op.name in self.fused:
             pass  # its input's producer has already done its work, in the very tensor it hands on
         elif enqueuer is None:

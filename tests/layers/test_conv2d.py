@@ -326,3 +326,41 @@ def test_fused_activation_is_applied_to_every_band(threads_forced, monkeypatch):
     x = rng.standard_normal(case["input_shape"]).astype(np.float32)
     expected = conv2d_reference(x, weight, bias, (2, 1), ((2, 2), (0, 0)), (1, 1), 1)
     assert_matches(layer.run_numpy(x)[0], np.maximum(expected, 0))
+
+
+@pytest.mark.parametrize("split", ["bands", "channels"])
+@pytest.mark.parametrize("variant", [None, F4, F2], ids=["im2col", "F4x4", "F2x2"])
+@pytest.mark.parametrize("name", ["odd sizes batch3", "whole tiles nobias"])
+def test_fused_residual_then_activation_on_every_path(threads_forced, monkeypatch, split, variant, name):
+    """A sum the graph fused into the convolution (Layer.fuse_add: inputs[1] is added), then a fused ReLU:
+    relu(conv(x) + r), band by band, on whole and overhanging Winograd tiles, bands or channels split."""
+    from kuiper.runtime.operators import make_layer
+
+    least = 1 if split == "bands" else 10 ** 9
+    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", least)
+    monkeypatch.setattr(kuiper.layers.conv2d, "WINOGRAD_BAND_TILES", least)
+    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
+    case = WINOGRAD_CASES[name]
+    rng = np.random.default_rng(4)
+    layer, weight, bias = make_conv(rng, **case)
+    assert layer.fuse_add() and layer.fuse(make_layer("nn.ReLU", input_shapes=[None]))
+    assert not layer.fuse_add()  # one sum, and not after an activation
+    x = rng.standard_normal(case["input_shape"]).astype(np.float32)
+    expected = conv2d_reference(x, weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    residual = rng.standard_normal(expected.shape).astype(np.float32)
+    out = np.empty(expected.shape, np.float32)
+    layer.forward_numpy([x, residual], [out])
+    assert_matches(out, np.maximum(expected + residual, 0))
+
+
+def test_fused_residual_on_a_pointwise_convolution():
+    case = CASES["pointwise grouped"]
+    rng = np.random.default_rng(6)
+    layer, weight, bias = make_conv(rng, **case)
+    assert layer.fuse_add()
+    x = rng.standard_normal(case["input_shape"]).astype(np.float32)
+    expected = conv2d_reference(x, weight, bias, (1, 1), ((0, 0), (0, 0)), (1, 1), 3)
+    residual = rng.standard_normal(expected.shape).astype(np.float32)
+    out = np.empty(expected.shape, np.float32)
+    layer.forward_numpy([x, residual], [out])
+    assert_matches(out, expected + residual)

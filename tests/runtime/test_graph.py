@@ -175,7 +175,7 @@ def test_activations_overwrite_inputs_nothing_else_reads_and_fuse_into_producers
     g = kuiper.load(path)
     # r0 reads the caller's array, c is also read by cat, g is returned to the caller: those keep their own
     assert g.in_place == {"b": "a", "e": "d"}
-    assert g.fused == {"r1"}  # e1 applies r1's ReLU itself; h's producer r2 (a ReLU) cannot take the clamp
+    assert g.fused == {"r1": "e1"}  # e1 applies r1's ReLU itself; h's producer r2 (a ReLU) cannot take the clamp
     rng = np.random.default_rng(1)
     for _ in range(3):  # buffers and fused state stay right from one forward to the next
         x = rng.standard_normal((1, 2, 3, 3), dtype=np.float32)
@@ -194,7 +194,7 @@ def test_opencl_graphs_keep_every_operator_to_itself(tmp_path, cl_runtime):
     path = tmp_path / "in_place.pnnx.param"
     path.write_text(IN_PLACE)
     g = kuiper.load(path, backend="opencl", device=cl_runtime.device.name)
-    assert g.in_place == {} and g.fused == set()
+    assert g.in_place == {} and g.fused == {}
     x = np.random.default_rng(2).standard_normal((1, 2, 3, 3), dtype=np.float32)
     np.testing.assert_allclose(g.forward(x)[0], in_place_reference(x), rtol=1e-6)
 
@@ -202,10 +202,16 @@ def test_opencl_graphs_keep_every_operator_to_itself(tmp_path, cl_runtime):
 def test_resnet_fuses_every_relu_on_numpy():
     resnet = kuiper.load("models/resnet18/resnet18.pnnx.param")
     relus = {op.name for op in resnet.operators if op.type == "nn.ReLU"}
-    assert len(relus) == 17 and resnet.fused == relus
-    producers = [op.input_operands[0].producer.type for op in resnet.operators if op.name in relus]
-    assert sorted(producers).count("nn.Conv2d") == 9  # the stem and each block's first convolution
-    assert producers.count("pnnx.Expression") == 8  # each block's residual add
+    adds = {op.name for op in resnet.operators if op.type == "pnnx.Expression"}
+    assert len(relus) == 17 and len(adds) == 8 and set(resnet.fused) == relus | adds
+    types = {op.name: op.type for op in resnet.operators}
+    assert {types[doer] for doer in resnet.fused.values()} == {"nn.Conv2d"}  # every one into a convolution
+    # each residual add goes into the convolution producing one of its inputs, which gets the other as an extra
+    for op in resnet.operators:
+        if op.name in adds:
+            conv = resnet.fused[op.name]
+            (own,) = [o for o in op.input_operands if o.producer.name == conv]
+            assert resnet.extra_inputs[conv] == [o for o in op.input_operands if o is not own]
 
 
 def test_winograd_weights_are_made_when_planning_not_in_forward():
@@ -217,3 +223,59 @@ def test_winograd_weights_are_made_when_planning_not_in_forward():
     assert made()["convbn2d_17"] == []  # 7x7: im2col
     resnet.plan_for((1, 3, 112, 112))  # layer2 now sees 14x14 images: F(2x2) too, before any forward
     assert made()["convbn2d_7"] == [2, 4]
+
+
+def write_model(tmp_path, name, text, weights):
+    """A .pnnx.param from `text` and its .pnnx.bin holding `weights` ({"op.key": array})."""
+    import zipfile
+
+    param = tmp_path / f"{name}.pnnx.param"
+    param.write_text(text)
+    with zipfile.ZipFile(tmp_path / f"{name}.pnnx.bin", "w") as archive:
+        for member, array in weights.items():
+            archive.writestr(member, np.asarray(array, np.float32).tobytes())
+    return param
+
+
+CONV = "in_channels=2 out_channels=2 kernel_size=(1,1) stride=(1,1) padding=(0,0) dilation=(1,1) groups=1 " \
+       "bias=True @weight=(2,2,1,1)f32 @bias=(2)f32"
+# c1's output plus the graph input: fused into c1 (then the ReLU too); add(c, d): d's producer c4 runs after c3,
+# so the sum goes to c4 with c as its extra input; add4 reads e, which cat reads too
+SUMS = f"""7767517
+12 11
+pnnx.Input               in0     0 1 x #x=(1,2,4,4)f32
+nn.Conv2d                c1      1 1 x a {CONV} #a=(1,2,4,4)f32
+pnnx.Expression          add1    2 1 a x s expr=add(@0,@1) #s=(1,2,4,4)f32
+nn.ReLU                  r1      1 1 s t #t=(1,2,4,4)f32
+nn.Conv2d                c3      1 1 t c {CONV} #c=(1,2,4,4)f32
+nn.Conv2d                c4      1 1 t d {CONV} #d=(1,2,4,4)f32
+pnnx.Expression          add3    2 1 c d u expr=add(@0,@1) #u=(1,2,4,4)f32
+nn.Conv2d                c5      1 1 x e {CONV} #e=(1,2,4,4)f32
+pnnx.Expression          add4    2 1 e u v expr=add(@1,@0) #v=(1,2,4,4)f32
+torch.cat                cat     2 1 v e w dim=1 #w=(1,4,4,4)f32
+nn.Tanh                  th      1 1 w y #y=(1,4,4,4)f32
+pnnx.Output              out     1 0 y
+"""
+
+
+def test_sums_fuse_into_the_producer_that_runs_after_the_other_input(tmp_path):
+    rng = np.random.default_rng(7)
+    weights = {f"{c}.{k}": rng.standard_normal((2, 2, 1, 1) if k == "weight" else 2)
+               for c in ("c1", "c3", "c4", "c5") for k in ("weight", "bias")}
+    path = write_model(tmp_path, "sums", SUMS, weights)
+    g = kuiper.load(path)
+    assert g.fused == {"add1": "c1", "r1": "c1", "add3": "c4"}
+    assert [o.name for o in g.extra_inputs["c1"]] == ["x"] and [o.name for o in g.extra_inputs["c4"]] == ["c"]
+    # e has two readers, so add4 writes over u instead, and runs itself: u's producer add3 is fused away
+    assert g.in_place == {"s": "a", "t": "s", "u": "d", "v": "u"} and "add4" not in g.fused
+
+    def conv(name, v):
+        w, b = weights[f"{name}.weight"].reshape(2, 2), weights[f"{name}.bias"]
+        return np.einsum("oc,nchw->nohw", w, v) + b.reshape(1, 2, 1, 1)
+
+    for _ in range(2):
+        x = rng.standard_normal((1, 2, 4, 4), dtype=np.float32)
+        t = np.maximum(conv("c1", x) + x, 0)
+        e = conv("c5", x)
+        expected = np.tanh(np.concatenate([e + conv("c3", t) + conv("c4", t), e], axis=1))
+        np.testing.assert_allclose(g.forward(x)[0], expected, rtol=1e-5, atol=1e-6)
