@@ -288,7 +288,7 @@ class Conv2d(ConvLayer):
     def _pointwise(self, x, out, residual):
         """1x1, stride 1, no padding: out[n, g] = W[g] @ x[n, g], all batch items and groups in one call."""
         n, g, hw = x.shape[0], self.groups, x.shape[2] * x.shape[3]
-        np.matmul(self.w_gemm, x.reshape(n, g, -1, hw), out=out.reshape(n, g, -1, hw))
+        threads.matmul(self.w_gemm, x.reshape(n, g, -1, hw), out.reshape(n, g, -1, hw))
         self.add_bias(out)
         self.finish(out, residual)
 

@@ -26,6 +26,7 @@ import numpy as np
 from kuiper.layers.conv2d import ConvLayer, batched
 from kuiper.layers.gemm import Columns, Gemm, Matrix
 from kuiper.layers.registry import register
+from kuiper.runtime import threads
 from kuiper.runtime.opencl import round_up
 
 
@@ -80,7 +81,7 @@ class ConvTranspose2d(ConvLayer):
         x_groups = x.reshape(n, self.groups, -1, h * w)
 
         for item in range(n):
-            np.matmul(self.w_gemm, x_groups[item], out=columns)
+            threads.matmul(self.w_gemm, x_groups[item], columns)
             full.fill(0.0)
             for i, j in np.ndindex(kh, kw):
                 full[:, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw] += taps[:, i, j]

@@ -10,6 +10,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.gemm import COLUMN_BIAS, NO_BIAS, Gemm, Matrix
 from kuiper.layers.registry import register
+from kuiper.runtime import threads
 
 
 @register("nn.Linear")
@@ -37,7 +38,7 @@ class Linear(Layer):
     def forward_numpy(self, inputs, outputs):
         # every leading axis folds into the GEMM's rows: (..., in) -> (M, in), a view of the contiguous arrays
         out = outputs[0].reshape(-1, self.out_features)
-        np.matmul(inputs[0].reshape(-1, self.in_features), self.weight_t, out=out)
+        threads.matmul(inputs[0].reshape(-1, self.in_features), self.weight_t, out)
         if self.bias is not None:
             out += self.bias
 

@@ -7,7 +7,8 @@ BLAS also splits every product of a stack by itself: ResNet-18's 36 stacked 64-c
 slower with OpenBLAS's two threads than with one on a 2-core machine.
 
 So layers split their work themselves (`parallel`): convolutions by bands of output rows or by channels,
-element-wise layers and residual adds by blocks of elements, pooling by channel planes. While a numpy forward
+single GEMMs (Linear, 1x1 and transposed convolutions: `matmul`) by rows or columns, element-wise layers
+and large sums by blocks of elements, pooling by channel planes. While a numpy forward
 runs (`active`), BLAS is held at one thread: OpenBLAS's idle threads keep spinning for a while after each
 call, and measured here they slowed the parts that followed by up to 2x. Handing a part to a thread and
 back still costs 0.05-0.15 ms (the GIL changes hands twice), so a part must be worth it: `grain` sets the
@@ -25,6 +26,7 @@ import os
 import threading
 import time
 
+import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from kuiper.errors import KuiperError
@@ -203,6 +205,20 @@ def active():
 MIN_COLUMNS = 64
 #: ... and at least this many multiply-adds (~0.15 ms on one core here), to pay for handing it to a thread
 MIN_MACS = 1 << 23
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """np.matmul(a, b, out=out), shared over kuiper's threads (BLAS keeps to one during a forward): by the
+    columns of `out` when every thread gets MIN_COLUMNS of them, else by its rows, each part worth MIN_MACS.
+    A stack of products splits the same way, all of them at once. For layers whose work is one GEMM."""
+    rows, depth, columns = a.shape[-2], a.shape[-1], out.shape[-1]
+    stack = out.size // max(1, rows * columns)
+    if columns >= MIN_COLUMNS * num_threads():
+        parallel(lambda first, stop, _: np.matmul(a, b[..., first:stop], out=out[..., first:stop]), columns,
+                 grain=-(-MIN_MACS // max(1, stack * rows * depth)))
+    else:
+        parallel(lambda first, stop, _: np.matmul(a[..., first:stop, :], b, out=out[..., first:stop, :]), rows,
+                 grain=-(-MIN_MACS // max(1, stack * depth * columns)))
 
 
 def bands(items: int, rows: int, max_rows: int, row_columns: int, row_macs: int,

@@ -166,3 +166,15 @@ def test_forwards_in_several_threads_of_yours_at_once(monkeypatch):
             np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
     assert blas_threads() == before
     assert threads._active == 0
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [((50, 30), (30, 300)), ((3, 50, 30), (3, 30, 7)), ((2, 40, 9), (9, 33))])
+def test_matmul_splits_columns_or_rows(three, monkeypatch, shape_a, shape_b):
+    """One layer's GEMM over the threads: wide outputs by columns, narrow ones by rows, stacks as a whole."""
+    monkeypatch.setattr(threads, "MIN_MACS", 1)
+    monkeypatch.setattr(threads, "MIN_COLUMNS", 64)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(shape_a), rng.standard_normal(shape_b)
+    out = np.empty(np.broadcast_shapes(shape_a[:-2], shape_b[:-2]) + (shape_a[-2], shape_b[-1]))
+    threads.matmul(a, b, out)
+    np.testing.assert_allclose(out, a @ b)
