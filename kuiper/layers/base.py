@@ -33,6 +33,8 @@ class Layer:
     #: numpy: forward_numpy may be given its input array as its output (element-wise layers whose formula
     #: never reads an element after writing one), so the graph can let it overwrite an input nothing else reads
     in_place: bool = False
+    #: numpy: the layer only adds its two inputs, a sum the graph may hand to one input's producer (fuse_add)
+    adds_two_inputs: bool = False
     #: on OpenCL, the kernel variants to choose from per input shape (kuiper/runtime/variants.py), set by
     #: build_opencl in layers that have several; None: a single way to compute
     variants = None

@@ -61,7 +61,7 @@ from kuiper.runtime.opencl import round_up
 #: thread makes must take the GIL back, and the other thread often holds it).
 COLUMN_BYTES = 4 << 20
 
-#: Winograd runs over bands of tile rows whose two work buffers hold about this much each. It only bounds the
+#: Winograd runs over bands of tile rows whose work buffers (three per thread) hold about this much each. It only bounds the
 #: memory: narrower bands make the a*a GEMMs thinner, and ResNet-18 ran no faster with bands of 256 KiB to
 #: 2 MiB than with whole images.
 WINOGRAD_BYTES = 4 << 20

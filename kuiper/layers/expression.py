@@ -184,10 +184,10 @@ class Expression(Layer):
 
     @property
     def adds_two_inputs(self) -> bool:
-        """expr=add(@0,@1): a sum the graph may fuse into the producer of one of the two (Layer.fuse_add)."""
-        (first, a), (second, b), (last, function) = (self.program + [(None, None)] * 3)[:3]
-        return len(self.program) == 3 and (first, second, last) == ("input", "input", "apply") \
-            and {a, b} == {0, 1} and function == (np.add, 2)
+        """expr=add(@0,@1) (or add(@1,@0)): see Layer.adds_two_inputs."""
+        kinds = [kind for kind, _ in self.program]
+        return kinds == ["input", "input", "apply"] and {self.program[0][1], self.program[1][1]} == {0, 1} \
+            and self.program[2][1] == (np.add, 2)
 
     # ---- OpenCL ---------------------------------------------------------------------------------------
     @property

@@ -231,7 +231,7 @@ class RuntimeGraph:
         for op in self.order:
             if op.layer is None or len(op.output_operands) != 1 or op.output_operand.name in graph_ends:
                 continue
-            sums = len(op.input_operands) == 2 and getattr(op.layer, "adds_two_inputs", False)
+            sums = len(op.input_operands) == 2 and op.layer.adds_two_inputs
             if not (op.layer.in_place and len(op.input_operands) == 1) and not sums:
                 continue
             for source in op.input_operands:

@@ -290,3 +290,9 @@ def test_large_same_shape_inputs_split_over_threads(monkeypatch, fused):
         expected = np.maximum(expected, 0)
     (out,) = layer.run_numpy(a, b)
     np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("expr, sums", [("add(@0,@1)", True), ("add(@1,@0)", True), ("add(@0,@0)", False),
+                                        ("sub(@0,@1)", False), ("add(@0,mul(@1,2))", False), ("add(@0,2)", False)])
+def test_which_expressions_are_a_plain_sum_of_both_inputs(expr, sums):
+    assert expression(expr, (2, 3), (2, 3)).adds_two_inputs is sums
