@@ -40,7 +40,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads")
-    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch")
+    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch; "
+                        "opencl@SPEC runs on the device SPEC names (opencl@Intel, opencl-levels@0:0)")
     parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
     parser.add_argument("--torch-device", default="cpu", help="cpu or cuda")
     parser.add_argument("--processes", type=int, metavar="ROUNDS",
@@ -138,14 +139,16 @@ def make_engine(name: str, args, x):
         return torch_engine(args, x)
     import kuiper
 
+    name, _, device = name.partition("@")  # opencl@Intel: that device, whatever --device says
     backend, _, schedule = name.partition("-")
-    options = {"device": args.device, "schedule": schedule} if backend == "opencl" else {}
+    options = {"device": device or args.device, "schedule": schedule} if backend == "opencl" else {}
     graph = kuiper.load(MODEL_DIR / "resnet18.pnnx.param", backend=backend, **{k: v for k, v in options.items() if v})
     label = f"kuiper-{name}"
     if backend == "opencl":
         from kuiper.runtime.opencl import describe
 
-        label += f" ({describe(graph.runtime.device)['name']})"
+        device = graph.runtime.device
+        label += f" ({describe(device)['name']}, {device.platform.name.strip()})"
     return label, lambda: graph.forward(x)[0]
 
 

@@ -96,14 +96,23 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---- devices ------------------------------------------------------------------------------------------
 def cmd_devices(args) -> None:
-    from kuiper.runtime import opencl
+    from kuiper.errors import BackendError
+    from kuiper.runtime import devices
 
-    chosen = opencl.select_device()
-    for p, d, platform, device in opencl.all_devices():
-        mark = "*" if device.int_ptr == chosen.int_ptr else " "
-        print(f"{mark} {p}:{d}  {platform.name.strip()} / " + ", ".join(
-            f"{k}: {v}" for k, v in opencl.describe(device).items()))
-    print("* = the device backend='opencl' picks now (set KUIPER_CL_DEVICE=P:D or a name to choose)")
+    try:
+        chosen = devices.select_device().int_ptr
+    except BackendError:  # listed below, device by device
+        chosen = None
+    for p, d, platform, device in devices.all_devices():
+        reason = devices.probe(device)
+        mark = "*" if device.int_ptr == chosen else " "
+        state = "usable" if reason is None else f"NOT usable: {reason}"
+        print(f"{mark} {p}:{d}  {platform.name.strip()} / {state} / " + ", ".join(
+            f"{k}: {v}" for k, v in devices.describe(device).items()))
+    if chosen is None:
+        print("no usable device: backend='opencl' cannot run here; " + devices.CPU_REMEDY)
+    else:
+        print("* = the device backend='opencl' picks now (set KUIPER_CL_DEVICE=P:D or a name to choose)")
 
 
 def _console():

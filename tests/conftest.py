@@ -48,20 +48,51 @@ def tuning_cache_in_tmp(tmp_path_factory):
         yield
 
 
-# ---- OpenCL: every test that takes `cl_runtime` runs once per available OpenCL device ----------------
-def _opencl_devices() -> list:
+# ---- OpenCL: every test that takes `cl_runtime` runs once per usable OpenCL device -------------------
+def _survey_opencl() -> tuple:
+    """(["P:D" of each usable device, the default first], [one line per device: usable, or why not])."""
     try:
-        from kuiper.runtime import opencl
+        from kuiper.runtime import devices
 
-        return [f"{p}:{d}" for p, d, _, _ in opencl.all_devices()]
-    except Exception:  # no platform at all: the OpenCL tests are skipped, the numpy ones still run
-        return []
+        listed = devices.by_preference(devices.all_devices())
+    except Exception as e:  # no platform at all: the OpenCL tests are skipped, the numpy ones still run
+        return [], [str(e).splitlines()[0]]
+    usable, lines = [], []
+    for p, d, _, device in listed:
+        reason = devices.probe(device)
+        lines.append(f"{devices.label(p, d, device)}: {reason or 'usable'}")
+        if reason is None:
+            usable.append(f"{p}:{d}")
+    return usable, lines
 
 
-OPENCL_DEVICES = _opencl_devices()
+OPENCL_DEVICES, OPENCL_SURVEY = _survey_opencl()
+NO_OPENCL = "no usable OpenCL device: " + "; ".join(OPENCL_SURVEY)
 
 
-@pytest.fixture(scope="session", params=OPENCL_DEVICES or [pytest.param(None, marks=pytest.mark.skip("no OpenCL device"))])
+def pytest_sessionstart(session):
+    """The devices the OpenCL tests run on, and why any other is left out, once at the top (also under -q,
+    which hides pytest's own header)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("OpenCL devices: " + ("; ".join(OPENCL_SURVEY) or "none"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Where no OpenCL device works, the lessons' doctests that use OpenCL skip, saying why."""
+    if OPENCL_DEVICES:
+        return
+    for item in items:
+        if isinstance(item, pytest.DoctestItem) and _doctest_uses_opencl(item.path):
+            item.add_marker(pytest.mark.skip(reason=NO_OPENCL))
+
+
+def _doctest_uses_opencl(path) -> bool:
+    return any(line.lstrip().startswith(">>>") and "opencl" in line.lower()
+               for line in Path(path).read_text().splitlines())
+
+
+@pytest.fixture(scope="session", params=OPENCL_DEVICES or [pytest.param(None, marks=pytest.mark.skip(NO_OPENCL))])
 def cl_runtime(request):
     from kuiper.runtime.opencl import get_runtime
 

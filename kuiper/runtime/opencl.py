@@ -17,18 +17,19 @@ import hashlib
 import math
 import os
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 from kuiper.errors import BackendError, KernelBuildError
+from kuiper.runtime.devices import (  # noqa: F401  (the device API, as lesson 13 uses it from here)
+    all_devices, build_program, describe, is_cpu, select_device, usable_devices,
+)
 from kuiper.runtime.planner import BufferAssignment
 from kuiper.tensor import Tensor, normalize_shape
 
 CL_DIR = Path(__file__).resolve().parent.parent.parent / "cl"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
-NO_PLATFORM_HINT = "no OpenCL platform found: install one, e.g. `pip install pocl-binary-distribution` (CPU)"
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -43,74 +44,6 @@ def _cl():
     return pyopencl
 
 
-# ---- devices ----------------------------------------------------------------------------------------
-def platforms() -> list:
-    """Every OpenCL platform, or BackendError with a one-line hint when there is none."""
-    cl = _cl()
-    try:
-        found = cl.get_platforms()
-    except (cl.LogicError, cl.RuntimeError) as e:
-        raise BackendError(f"{NO_PLATFORM_HINT} ({e})") from None
-    if not found:
-        raise BackendError(NO_PLATFORM_HINT)
-    return found
-
-
-def all_devices() -> list:
-    """[(platform index, device index, platform, device)] in the order pyopencl lists them."""
-    result = []
-    for p, platform in enumerate(platforms()):
-        for d, device in enumerate(platform.get_devices()):
-            result.append((p, d, platform, device))
-    return result
-
-
-def select_device(spec: str | None = None):
-    """The device named by `spec`, KUIPER_CL_DEVICE or PYOPENCL_CTX ("P:D", "P", or a substring of the
-    platform or device name), else the first GPU, else the first CPU, else the first device."""
-    devices = all_devices()
-    spec = spec or os.environ.get("KUIPER_CL_DEVICE") or os.environ.get("PYOPENCL_CTX")
-    if spec:
-        parts = spec.split(":")
-        if all(part.strip().isdigit() for part in parts) and len(parts) <= 2:
-            p, d = int(parts[0]), int(parts[1]) if len(parts) == 2 else 0
-            for pi, di, _, device in devices:
-                if (pi, di) == (p, d):
-                    return device
-            raise BackendError(f"no OpenCL device {spec!r}: {_listing(devices)}")
-        needle = spec.lower()
-        for _, _, platform, device in devices:
-            if needle in platform.name.lower() or needle in device.name.lower():
-                return device
-        raise BackendError(f"no OpenCL device matches {spec!r}: {_listing(devices)}")
-    cl = _cl()
-    for wanted in (cl.device_type.GPU, cl.device_type.CPU):
-        for _, _, _, device in devices:
-            if device.type & wanted:
-                return device
-    return devices[0][3]
-
-
-def _listing(devices) -> str:
-    return "available: " + ", ".join(f"{p}:{d} {dev.name.strip()}" for p, d, _, dev in devices)
-
-
-def describe(device) -> dict:
-    cl = _cl()
-    return {
-        "name": device.name.strip(),
-        # (to_string gives "ALL | CPU" for PoCL's CPU, which also sets the DEFAULT bit)
-        "type": " | ".join(kind for kind in ("GPU", "CPU", "ACCELERATOR", "CUSTOM")
-                           if device.type & getattr(cl.device_type, kind)),
-        "version": device.version,
-        "driver": device.driver_version,
-        "compute units": device.max_compute_units,
-        "max work-group": device.max_work_group_size,
-        "local memory KiB": device.local_mem_size // 1024,
-        "global memory MiB": device.global_mem_size // 2**20,
-    }
-
-
 # ---- the runtime ------------------------------------------------------------------------------------
 class OpenCLRuntime:
     """A context and queues on one device, with the program/kernel cache and the buffer pool."""
@@ -118,7 +51,7 @@ class OpenCLRuntime:
     def __init__(self, device):
         cl = _cl()
         self.device = device
-        self.is_cpu = bool(device.type & cl.device_type.CPU)
+        self.is_cpu = is_cpu(device)
         self.context = cl.Context([device])
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.context, properties=profiling)
@@ -158,12 +91,7 @@ class OpenCLRuntime:
             # kernel-arg-info lets `kernel` read each argument's C type (see _scalar_types)
             full_options = [*options, "-cl-kernel-arg-info", "-I", str(path.parent), "-I", str(CL_DIR)]
             try:
-                with warnings.catch_warnings():
-                    # NVIDIA's compiler notes something about every kernel, which pyopencl turns into a
-                    # warning per build; PYOPENCL_COMPILER_OUTPUT=1 still shows the compiler's text
-                    if not os.environ.get("PYOPENCL_COMPILER_OUTPUT"):
-                        warnings.simplefilter("ignore", cl.CompilerWarning)
-                    program = cl.Program(self.context, source).build(options=full_options)
+                program = build_program(self.context, source, full_options)
             except cl.RuntimeError as e:
                 log = _build_log(e)
                 raise KernelBuildError(
@@ -184,8 +112,9 @@ class OpenCLRuntime:
         key = (id(program), name)
         kernel = self._kernels.get(key)
         if kernel is None:
-            kernel = self._kernels[key] = getattr(program, name)
-            kernel.set_scalar_arg_dtypes(_scalar_types(kernel))
+            kernel = getattr(program, name)
+            kernel.set_scalar_arg_dtypes(_scalar_types(kernel, name))
+            self._kernels[key] = kernel  # only once it is fully set up: a failure above is not remembered
         return kernel
 
     def source_hash(self, file) -> str:
@@ -229,14 +158,17 @@ def _source_and_hash(path: Path) -> tuple:
     return source, digest.hexdigest()
 
 
-def _scalar_types(kernel) -> list:
+def _scalar_types(kernel, name: str) -> list:
     """One numpy dtype per argument of a kernel, from its arg info: pyopencl.cltypes names a dtype for every
     OpenCL C scalar and vector type (int, float, int8, ...); pointers get None (passed as given)."""
     cl = _cl()
     from pyopencl import cltypes
 
     count = kernel.get_info(cl.kernel_info.NUM_ARGS)
-    names = [kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip() for i in range(count)]
+    try:
+        names = [kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip() for i in range(count)]
+    except cl.Error as e:
+        raise BackendError(f"kernel {name}: the OpenCL driver gives no argument info ({e})") from None
     return [None if name.endswith("*") else getattr(cltypes, name, None) for name in names]
 
 

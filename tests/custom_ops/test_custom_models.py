@@ -14,8 +14,9 @@ from kuiper.custom import ENV_VAR, CustomLayer
 from kuiper.layers.hardtanh import Hardtanh
 from kuiper.layers.registry import layer_class
 from kuiper.cli import main
-from conftest import MODELS, OPENCL_DEVICES, load_manifest, model_cases, model_paths
+from conftest import MODELS, NO_OPENCL, OPENCL_DEVICES, load_manifest, model_cases, model_paths
 from custom_op_files import CHANNEL_SCALE, EXAMPLES, LEAKY_CLAMP
+from kuiper.runtime.devices import spec_of
 
 ENTRY = load_manifest()["custom_op_models"]["custom_scale"]
 PARAM = MODELS / ENTRY["param"]
@@ -26,7 +27,7 @@ CASES = [(case["name"], [np.load(MODELS / p) for p in case["inputs"]], [np.load(
 @pytest.fixture(params=["numpy", "opencl"])
 def backend(request):
     if request.param == "opencl" and not OPENCL_DEVICES:
-        pytest.skip("no OpenCL device")
+        pytest.skip(NO_OPENCL)
     return request.param
 
 
@@ -67,7 +68,7 @@ def test_custom_scale_matches_pytorch(backend, configs):
 
 
 def test_levels_schedule_and_one_program_per_new_shape(cl_runtime):
-    device = cl_runtime.device.platform.name
+    device = spec_of(cl_runtime.device)
     graph = kuiper.load(PARAM, backend="opencl", device=device, schedule="levels", custom_ops=EXAMPLES)
     _, (x,), references = CASES[0]
     assert_matches_torch(graph.forward(x), references)

@@ -11,6 +11,7 @@ from kuiper.runtime import opencl
 from kuiper.runtime.opencl import DeviceTensor, get_runtime, round_up
 from kuiper.runtime.operators import make_layer
 from lesson_tools import BLOCK, check_shell_commands
+from kuiper.runtime.devices import spec_of
 
 SOURCE = """
 __kernel void relu(__global float* y, __global const float* x, const int n) {
@@ -124,7 +125,7 @@ def test_kuipers_activation_kernel_checks_its_bounds_too(cl_runtime):
 def test_a_graph_on_opencl_matches_its_formula(cl_runtime, tmp_path):
     path = tmp_path / "block.pnnx.param"
     path.write_text(BLOCK)
-    graph = kuiper.load(path, backend="opencl", device=cl_runtime.device.name)
+    graph = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
     assert graph.runtime is cl_runtime and not graph.host_fallbacks
     x = np.linspace(-3, 3, 18, dtype=np.float32).reshape(1, 2, 3, 3)
     (y,) = graph.forward(x)

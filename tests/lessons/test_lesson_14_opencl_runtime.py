@@ -14,6 +14,7 @@ from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.layers.registry import register, unregister
 from kuiper.runtime.opencl import BufferPool, DeviceTensor, Enqueuer, round_up
 from lesson_tools import MODELS, check_shell_commands, model_case
+from kuiper.runtime.devices import spec_of
 
 UNET = MODELS / "unet_tiny" / "unet_tiny.pnnx.param"
 
@@ -26,7 +27,7 @@ def close(got, want):
 @pytest.fixture(scope="module")
 def unet(cl_runtime):
     """unet_tiny on this device, one graph per schedule."""
-    return {schedule: kuiper.load(UNET, backend="opencl", device=cl_runtime.device.name, schedule=schedule)
+    return {schedule: kuiper.load(UNET, backend="opencl", device=spec_of(cl_runtime.device), schedule=schedule)
             for schedule in ("inorder", "levels")}
 
 
@@ -198,7 +199,7 @@ def test_a_layer_without_kernels_runs_on_the_host(cl_runtime, softsign, tmp_path
                     "pnnx.Output out0 1 0 y\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        graph = kuiper.load(path, backend="opencl", device=cl_runtime.device.name, schedule=schedule)
+        graph = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device), schedule=schedule)
     assert [w.category for w in caught] == [KuiperWarning] and "soft (lesson14.Softsign)" in str(caught[0].message)
     assert [op.name for op in graph.host_fallbacks] == ["soft"]
     x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)

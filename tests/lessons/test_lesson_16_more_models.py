@@ -10,6 +10,7 @@ import kuiper
 from kuiper import InputError, ShapeError
 from kuiper.runtime.operators import make_layer
 from lesson_tools import MODELS, check_shell_commands, model_case, param_lines
+from kuiper.runtime.devices import spec_of
 
 RNG = np.random.default_rng(16)
 UNET = MODELS / "unet_tiny" / "unet_tiny.pnnx.param"
@@ -34,7 +35,7 @@ def run(layer, backend, *arrays):
 
 def load(path, backend):
     name, rt = backend
-    return kuiper.load(path, backend=name, device=None if rt is None else rt.device.name)
+    return kuiper.load(path, backend=name, device=None if rt is None else spec_of(rt.device))
 
 
 # ---- upsampling: PyTorch's index rules as an interpolation matrix per axis -----------------------------

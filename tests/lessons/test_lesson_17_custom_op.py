@@ -11,7 +11,7 @@ from kuiper.custom import CustomLayer, read_config
 from kuiper.layers.hardtanh import Hardtanh
 from kuiper.layers.registry import layer_class
 from kuiper.runtime.operators import make_operator
-from conftest import OPENCL_DEVICES
+from conftest import NO_OPENCL, OPENCL_DEVICES
 from lesson_tools import ROOT, check_shell_commands, model_case, notes_text
 
 EXAMPLES = ROOT / "examples" / "custom_ops"
@@ -48,7 +48,7 @@ pnnx.Output  out0  1 0 y
 @pytest.fixture(params=["numpy", "opencl"])
 def backend(request):
     if request.param == "opencl" and not OPENCL_DEVICES:
-        pytest.skip("no OpenCL device")
+        pytest.skip(NO_OPENCL)
     return request.param
 
 

@@ -14,6 +14,7 @@ from kuiper.layers.batchnorm2d import TILE, rule
 from kuiper.runtime import variants
 from kuiper.runtime.operators import make_layer
 from lesson_tools import MODELS, check_shell_commands
+from kuiper.runtime.devices import spec_of
 
 RNG = np.random.default_rng(18)
 CONV_ZOO = MODELS / "conv_zoo" / "conv_zoo.pnnx.param"
@@ -67,7 +68,7 @@ def test_the_rules_table():
 
 
 def test_choices_are_made_with_the_plan_and_only_looked_up_in_forward(cl_runtime):
-    zoo = kuiper.load(CONV_ZOO, backend="opencl", device=cl_runtime.device.name)
+    zoo = kuiper.load(CONV_ZOO, backend="opencl", device=spec_of(cl_runtime.device))
     plan = zoo.plans[((RECORDED, np.dtype(np.float32)),)]
     with_variants = [op for op in zoo.order if op.layer is not None and op.layer.variants is not None]
     assert plan.variants.keys() == {op.name for op in with_variants} and len(with_variants) == 8

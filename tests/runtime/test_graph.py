@@ -7,6 +7,7 @@ import pytest
 
 import kuiper
 from kuiper import BackendError, GraphError, GraphState, InputError, UnsupportedOperatorError
+from kuiper.runtime.devices import spec_of
 
 # x -> relu -> a;  x -> neg -> b;  add(a, b) -> c;  cat(c, a) -> d
 BRANCHY = """7767517
@@ -193,7 +194,7 @@ def test_activations_overwrite_inputs_nothing_else_reads_and_fuse_into_producers
 def test_opencl_graphs_keep_every_operator_to_itself(tmp_path, cl_runtime):
     path = tmp_path / "in_place.pnnx.param"
     path.write_text(IN_PLACE)
-    g = kuiper.load(path, backend="opencl", device=cl_runtime.device.name)
+    g = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
     assert g.in_place == {} and g.fused == {}
     x = np.random.default_rng(2).standard_normal((1, 2, 3, 3), dtype=np.float32)
     np.testing.assert_allclose(g.forward(x)[0], in_place_reference(x), rtol=1e-6)

@@ -8,12 +8,13 @@ import pytest
 import kuiper
 from conftest import model_cases, model_names, model_paths
 from test_model_outputs import assert_matches_torch
+from kuiper.runtime.devices import spec_of
 
 
 @pytest.fixture(scope="module")
 def opencl_graphs(cl_runtime):
     cache = {}
-    device = f"{cl_runtime.device.platform.name}"
+    device = spec_of(cl_runtime.device)
 
     def get(name, schedule):
         key = (name, schedule)

@@ -11,15 +11,16 @@ import kuiper
 from conftest import ROOT, model_cases, model_paths
 from kuiper import BackendError, KernelBuildError
 from kuiper.runtime import opencl
+from kuiper.runtime.devices import spec_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::kuiper.KuiperWarning")
 
 
 def test_device_choice_by_index_and_by_name(cl_runtime):
-    devices = opencl.all_devices()
-    p, d, platform, device = devices[0]
-    assert opencl.select_device(f"{p}:{d}").int_ptr == device.int_ptr
-    word = device.name.split()[0]
+    device = cl_runtime.device
+    assert opencl.select_device(spec_of(device)).int_ptr == device.int_ptr
+    assert opencl.select_device(device.name).int_ptr == device.int_ptr  # an exact name wins over substrings
+    word = device.name.split()[-1]
     assert word.lower() in opencl.select_device(word).name.lower()
     with pytest.raises(BackendError, match="available: 0:0"):
         opencl.select_device("no-such-device-anywhere")
@@ -28,9 +29,8 @@ def test_device_choice_by_index_and_by_name(cl_runtime):
 
 
 def test_environment_variable_picks_the_device(cl_runtime, monkeypatch):
-    p, d, _, device = opencl.all_devices()[-1]
-    monkeypatch.setenv("KUIPER_CL_DEVICE", f"{p}:{d}")
-    assert opencl.select_device().int_ptr == device.int_ptr
+    monkeypatch.setenv("KUIPER_CL_DEVICE", spec_of(cl_runtime.device))
+    assert opencl.select_device().int_ptr == cl_runtime.device.int_ptr
 
 
 def test_program_cache_builds_once_and_rebuilds_after_an_edit(cl_runtime, tmp_path):
@@ -59,11 +59,11 @@ def test_a_broken_kernel_raises_kernel_build_error_with_the_log(cl_runtime, tmp_
 def test_a_second_build_compiles_nothing_and_forwards_allocate_nothing(cl_runtime):
     param, bin_ = model_paths("unet_tiny")
     (_, inputs, refs), = [c for c in model_cases("unet_tiny") if c[0] == "b2"]
-    device = opencl.all_devices()[0]
-    first = kuiper.load(param, bin_, backend="opencl", device=f"{device[0]}:{device[1]}")
+    device = spec_of(cl_runtime.device)
+    first = kuiper.load(param, bin_, backend="opencl", device=device)
     first.forward(*inputs)
     built = first.runtime.programs_built
-    second = kuiper.load(param, bin_, backend="opencl", device=f"{device[0]}:{device[1]}")
+    second = kuiper.load(param, bin_, backend="opencl", device=device)
     assert second.runtime is first.runtime and second.runtime.programs_built == built
     second.forward(*inputs)
     allocations, allocated = second.runtime.pool.allocations, second.runtime.pool.allocated_bytes

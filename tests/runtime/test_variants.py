@@ -18,6 +18,7 @@ from kuiper import BackendError, KuiperWarning
 from kuiper.layers.batchnorm2d import rule
 from kuiper.runtime import variants
 from kuiper.runtime.variants import TuningCache, cache_key, default_cache_path
+from kuiper.runtime.devices import spec_of
 
 SHAPE = (1, 8, 3, 3)
 
@@ -41,7 +42,7 @@ def bn_model(tmp_path):
 
 
 def load(param, rt, **options):
-    return kuiper.load(param, backend="opencl", device=rt.device.name, **options)
+    return kuiper.load(param, backend="opencl", device=spec_of(rt.device), **options)
 
 
 def check_outputs(graph, param, shape):
