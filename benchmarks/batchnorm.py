@@ -4,7 +4,7 @@
 
 For every shape (ResNet-like layers, large planes, odd sizes) one layer runs alone on a random input. Each
 variant is first checked against forward_numpy (llm.c's habit: never time a wrong kernel); then the variants
-take turns for --runs rounds, each run timed by its kernel's profiling events (kuiper.runtime.variants.measure).
+take turns for --runs rounds, each run timed by its kernel's profiling events (kuiper.opencl.tuning.measure).
 Prints the median microseconds of each variant, the one the rule picks, and how many times faster the pick
 runs than "plane", the single kernel kuiper had before variants.
 """
@@ -30,9 +30,9 @@ def main() -> None:
     import numpy as np
 
     import kuiper  # noqa: F401  (registers the layers)
-    from kuiper.runtime.opencl import get_runtime
+    from kuiper.opencl import get_runtime
     from kuiper.runtime.operators import make_layer
-    from kuiper.runtime.variants import measure
+    from kuiper.opencl.tuning import measure
 
     rt = get_runtime(args.device)
     rng = np.random.default_rng(0)

@@ -145,7 +145,7 @@ def make_engine(name: str, args, x):
     graph = kuiper.load(MODEL_DIR / "resnet18.pnnx.param", backend=backend, **{k: v for k, v in options.items() if v})
     label = f"kuiper-{name}"
     if backend == "opencl":
-        from kuiper.runtime.opencl import describe
+        from kuiper.opencl import describe
 
         device = graph.runtime.device
         label += f" ({describe(device)['name']}, {device.platform.name.strip()})"

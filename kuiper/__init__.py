@@ -7,6 +7,7 @@ from kuiper.errors import (
     InputError,
     KernelBuildError,
     KuiperError,
+    KuiperWarning,
     LayerError,
     PnnxFormatError,
     ShapeError,
@@ -15,8 +16,8 @@ from kuiper.errors import (
 from kuiper import pnnx
 from kuiper.tensor import Tensor
 from kuiper import layers  # noqa: F401  (registers every layer)
-from kuiper.runtime import GraphState, KuiperWarning, RuntimeGraph, load
-from kuiper.runtime.threads import num_threads, set_num_threads
+from kuiper.runtime import GraphState, RuntimeGraph, load
+from kuiper.cpu.threads import num_threads, set_num_threads
 
 __version__ = "0.1.0"
 

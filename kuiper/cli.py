@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
 # ---- devices ------------------------------------------------------------------------------------------
 def cmd_devices(args) -> None:
     from kuiper.errors import BackendError
-    from kuiper.runtime import devices
+    from kuiper.opencl import devices
 
     try:
         chosen = devices.select_device().int_ptr

@@ -5,6 +5,10 @@ class KuiperError(Exception):
     """Base class of every error kuiper raises on purpose."""
 
 
+class KuiperWarning(UserWarning):
+    """Something kuiper fixed for you but you may want to know about (e.g. a float64 input converted)."""
+
+
 class PnnxFormatError(KuiperError, ValueError):
     """A .pnnx.param or .pnnx.bin file is malformed; the message names the file and line or member."""
 

@@ -40,7 +40,7 @@ def manifest() -> dict:
 
 @pytest.fixture(scope="session", autouse=True)
 def tuning_cache_in_tmp(tmp_path_factory):
-    """No test reads or writes the user's tuning cache (kuiper/runtime/variants.py), and every graph starts by
+    """No test reads or writes the user's tuning cache (kuiper/opencl/tuning.py), and every graph starts by
     rule, whatever the environment says: tests of measurement ask for it themselves."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("KUIPER_TUNING", raising=False)
@@ -52,7 +52,7 @@ def tuning_cache_in_tmp(tmp_path_factory):
 def _survey_opencl() -> tuple:
     """(["P:D" of each usable device, the default first], [one line per device: usable, or why not])."""
     try:
-        from kuiper.runtime import devices
+        from kuiper.opencl import devices
 
         listed = devices.by_preference(devices.all_devices())
     except Exception as e:  # no platform at all: the OpenCL tests are skipped, the numpy ones still run
@@ -94,7 +94,7 @@ def _doctest_uses_opencl(path) -> bool:
 
 @pytest.fixture(scope="session", params=OPENCL_DEVICES or [pytest.param(None, marks=pytest.mark.skip(NO_OPENCL))])
 def cl_runtime(request):
-    from kuiper.runtime.opencl import get_runtime
+    from kuiper.opencl import get_runtime
 
     return get_runtime(request.param)
 
@@ -113,7 +113,7 @@ def assert_opencl_matches_numpy(layer, rt, *inputs, rtol=1e-4, variant=None):
 
 
 def assert_every_variant_matches_numpy(layer, rt, *inputs, rtol=1e-4) -> list:
-    """The same check for every kernel variant able to run these inputs (kuiper/runtime/variants.py), not only
+    """The same check for every kernel variant able to run these inputs (kuiper/opencl/tuning.py), not only
     the one the rule picks on this device: a shape measured elsewhere may pick any of them. Returns their names."""
     layer.build_opencl(rt)
     names = layer.variants.candidates(tuple(np.shape(x) for x in inputs))

@@ -18,7 +18,7 @@ from kuiper.custom.defines import param_defines, shape_defines
 from kuiper.custom.formula import FormulaError, nchw
 from kuiper.errors import KernelBuildError, LayerError
 from kuiper.layers.base import Layer
-from kuiper.runtime.operators import numpy_dtype
+from kuiper.pnnx.dtypes import numpy_dtype
 
 _FLOAT_C_TYPES = ("half", "float", "double")
 

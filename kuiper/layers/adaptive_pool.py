@@ -20,7 +20,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.runtime.opencl import round_up
+from kuiper.opencl import round_up
 
 
 def adaptive_bins(size: int, out_size: int) -> list:

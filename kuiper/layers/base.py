@@ -35,7 +35,7 @@ class Layer:
     in_place: bool = False
     #: numpy: the layer only adds its two inputs, a sum the graph may hand to one input's producer (fuse_add)
     adds_two_inputs: bool = False
-    #: on OpenCL, the kernel variants to choose from per input shape (kuiper/runtime/variants.py), set by
+    #: on OpenCL, the kernel variants to choose from per input shape (kuiper/opencl/tuning.py), set by
     #: build_opencl in layers that have several; None: a single way to compute
     variants = None
 
@@ -174,7 +174,7 @@ class Layer:
         any activation fused later. Return True to take it. By default a layer declines."""
         return False
 
-    # ---- the OpenCL path (kuiper/runtime/opencl.py) -------------------------------------------------
+    # ---- the OpenCL path (kuiper/opencl/runtime.py) -------------------------------------------------
     @property
     def supports_opencl(self) -> bool:
         """True when the layer has its own forward_opencl (otherwise the graph runs it on the host)."""
@@ -205,7 +205,7 @@ class Layer:
         The OpenCL twin of run_numpy, for tests and lessons (the graph uploads weights once per build and
         keeps activations on the device; here everything crosses the host boundary each call). `variant`
         names one of the layer's variants to run instead of the one its rule picks."""
-        from kuiper.runtime.opencl import DeviceTensor, Enqueuer
+        from kuiper.opencl import DeviceTensor, Enqueuer
 
         inputs = [np.ascontiguousarray(x) for x in inputs]
         shapes = self.output_shapes([tuple(x.shape) for x in inputs])

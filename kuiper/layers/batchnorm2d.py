@@ -5,7 +5,7 @@ the four vectors into `scale` and `shift` once and forward is a multiply and an 
 cl/batchnorm.cl: the same two operations per element).
 
 On OpenCL the N * C planes of H * W pixels can be split over work-items in three ways, the layer's variants
-(kuiper/runtime/variants.py): "plane" (a work-item per pixel), "channel" (a work-item per plane) and "tiled"
+(kuiper/opencl/tuning.py): "plane" (a work-item per pixel), "channel" (a work-item per plane) and "tiled"
 (a work-item per TILE pixels of a plane). `rule` says which one suits a shape on a device.
 """
 
@@ -13,8 +13,8 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.runtime.opencl import round_up
-from kuiper.runtime.variants import Variant, Variants
+from kuiper.opencl import round_up
+from kuiper.variants import Variant, Variants
 
 #: "tiled" gives each work-item this many pixels: 4 KiB of input, a loop long enough to run at full SIMD
 #: speed, while a 224x224 plane still splits into 49 work-items, enough for every core of a CPU

@@ -28,16 +28,16 @@ numpy they cost about as much as the GEMMs: ResNet-18's 3x3 layers run 1.15-1.35
 1.05-1.15x with F(2x2), not 4x and 2.25x. Images with too few tiles to pay for reading the larger transformed
 weights stay on im2col (see WINOGRAD_MIN_TILES).
 
-On numpy, kuiper's threads (kuiper/runtime/threads.py) share each convolution: bands of output rows when the
+On numpy, kuiper's threads (kuiper/cpu/threads.py) share each convolution: bands of output rows when the
 image is big enough for every thread to get a band worth a GEMM, else its channels (Winograd's output
 channels, im2col's input channels with the partial products summed). An activation the graph fused into the
 layer (Layer.fuse) is applied to each band as soon as it is written, while it is still in the cache.
 
-On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/layers/gemm.py) there is no Winograd: the same im2col and
+On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/opencl/gemm.py) there is no Winograd: the same im2col and
 GEMM, for every group and batch item in one launch, the bias added by the GEMM. With a gemm_cpu variant (the
 rule's on CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (the rule's on GPUs)
 skip it, reading im2col's entries straight from the input (implicit im2col). The variant is chosen per input
-shape (kuiper/runtime/variants.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
+shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
 convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
 a GEMM to pay.
 """
@@ -50,10 +50,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiper.layers.base import Layer
-from kuiper.layers.gemm import NO_BIAS, ROW_BIAS, Columns, Gemm, Matrix
+from kuiper.opencl.gemm import NO_BIAS, ROW_BIAS, Columns, Gemm, Matrix
 from kuiper.layers.registry import register
-from kuiper.runtime import threads
-from kuiper.runtime.opencl import round_up
+from kuiper.cpu import threads
+from kuiper.opencl import round_up
 
 #: im2col runs over bands of output rows whose column matrix is at most about this size, which bounds its
 #: memory for any image size. With kuiper's threads, fewer and larger bands won: on 2 cores ResNet-18's stem
@@ -295,7 +295,7 @@ class Conv2d(ConvLayer):
     def _im2col(self, x, out, residual):
         """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES).
 
-        kuiper's threads (runtime/threads.py) take a share of the bands each, when there are enough bands
+        kuiper's threads (cpu/threads.py) take a share of the bands each, when there are enough bands
         worth a thread. Otherwise (a small image, as in ResNet's last layers) they share a band's input channels:
         each copies and multiplies its channels' rows of the column matrix (its part of the GEMM's depth), and the
         partial products are summed; the copy, slow for narrow images, is split too. Grouped convolutions of

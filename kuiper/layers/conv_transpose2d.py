@@ -12,7 +12,7 @@ into two steps per batch item:
 The scatter runs on an uncropped buffer; `padding` then crops that many pixels from each border, and
 `output_padding` gives that many back at the bottom/right (rows past the scattered area hold only the bias).
 
-On OpenCL the GEMM is kuiper/layers/gemm.py's, for every group and batch item in one launch, and col2im
+On OpenCL the GEMM is kuiper/opencl/gemm.py's, for every group and batch item in one launch, and col2im
 (cl/conv.cl) turns the scatter around: each output pixel gathers the taps that land on it, adds them in tap
 order and adds the bias, so no two work-items write the same pixel and no atomics are needed.
 """
@@ -24,10 +24,10 @@ import math
 import numpy as np
 
 from kuiper.layers.conv2d import ConvLayer, batched
-from kuiper.layers.gemm import Columns, Gemm, Matrix
+from kuiper.opencl.gemm import Columns, Gemm, Matrix
 from kuiper.layers.registry import register
-from kuiper.runtime import threads
-from kuiper.runtime.opencl import round_up
+from kuiper.cpu import threads
+from kuiper.opencl import round_up
 
 
 @register("nn.ConvTranspose2d")

@@ -17,15 +17,15 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.runtime import threads
-from kuiper.runtime.opencl import round_up
+from kuiper.cpu import threads
+from kuiper.opencl import round_up
 
 # A formula of several steps passes over its data several times. On blocks this size (256 KiB of float32)
 # the passes after the first read the CPU cache instead of memory: GELU runs about twice as fast as on
-# whole arrays. kuiper's threads (runtime/threads.py) share out the blocks.
+# whole arrays. kuiper's threads (cpu/threads.py) share out the blocks.
 BLOCK = 1 << 16
 #: each of kuiper's threads takes at least this many blocks: handing over a part costs 0.05-0.15 ms (see
-#: runtime/threads.py), and a residual add with ReLU over 3 blocks took 0.23 ms on one thread, 0.27-0.31 on two
+#: cpu/threads.py), and a residual add with ReLU over 3 blocks took 0.23 ms on one thread, 0.27-0.31 on two
 PART_BLOCKS = 4
 
 

@@ -32,9 +32,9 @@ from kuiper.layers.base import Layer
 from kuiper.layers.elementwise import BLOCK, PART_BLOCKS, erf
 from kuiper.layers.expression_parser import Apply, ExpressionSyntaxError, Literal, Operand, parse, to_rpn
 from kuiper.layers.registry import register
-from kuiper.runtime import threads
-from kuiper.runtime.opencl import round_up
-from kuiper.runtime.operators import numpy_dtype
+from kuiper.cpu import threads
+from kuiper.opencl import round_up
+from kuiper.pnnx.dtypes import numpy_dtype
 
 
 def _rsqrt(x, out):

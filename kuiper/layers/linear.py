@@ -1,6 +1,6 @@
 """Linear: y = x @ W^T + b over the last axis, for inputs of any rank (leading axes are batch axes).
 
-On OpenCL it is one GEMM (kuiper/layers/gemm.py) with the bias added per column in the kernel.
+On OpenCL it is one GEMM (kuiper/opencl/gemm.py) with the bias added per column in the kernel.
 """
 
 import math
@@ -8,9 +8,9 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.gemm import COLUMN_BIAS, NO_BIAS, Gemm, Matrix
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, Gemm, Matrix
 from kuiper.layers.registry import register
-from kuiper.runtime import threads
+from kuiper.cpu import threads
 
 
 @register("nn.Linear")

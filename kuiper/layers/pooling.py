@@ -8,7 +8,7 @@ W, then those results' windows along H (kernel_h + kernel_w operations instead o
 Padding is never built: a tap only updates the outputs whose tap falls inside the input, which is how
 PyTorch ignores padded positions (max pooling) or counts them only in the divisor (average pooling).
 
-The channel planes are independent, so kuiper's threads (runtime/threads.py) take a share of them each.
+The channel planes are independent, so kuiper's threads (cpu/threads.py) take a share of them each.
 
 On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules.
 """
@@ -21,10 +21,10 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.runtime import threads
-from kuiper.runtime.opencl import round_up
+from kuiper.cpu import threads
+from kuiper.opencl import round_up
 
-#: each of kuiper's threads pools planes holding at least this many input elements (see runtime/threads.py)
+#: each of kuiper's threads pools planes holding at least this many input elements (see cpu/threads.py)
 PART_ELEMENTS = 1 << 18
 
 

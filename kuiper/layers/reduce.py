@@ -17,8 +17,8 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.strided import contiguous_strides, merge_dims
-from kuiper.runtime.opencl import round_up
-from kuiper.runtime.operators import numpy_dtype
+from kuiper.opencl import round_up
+from kuiper.pnnx.dtypes import numpy_dtype
 
 #: how many kept and how many reduced dims cl/reduce.cl walks (int4 vectors)
 CL_DIMS = 4

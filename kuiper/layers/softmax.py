@@ -17,7 +17,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.reduce import RowGroups
 from kuiper.layers.registry import register
-from kuiper.runtime.opencl import round_up
+from kuiper.opencl import round_up
 
 
 @register("nn.Softmax", "F.softmax")

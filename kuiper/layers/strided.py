@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kuiper.runtime.opencl import round_up
+from kuiper.opencl import round_up
 
 #: the most dims cl/copy.cl walks (after merging)
 MAX_RANK = 6

@@ -22,7 +22,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.runtime.opencl import round_up
+from kuiper.opencl import round_up
 
 MODES = ("nearest", "nearest-exact", "bilinear", "bicubic")
 

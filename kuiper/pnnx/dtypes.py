@@ -23,3 +23,15 @@ STORAGE = {
 
 # pnnx's writer prints "null" for an operand whose element type it never learned.
 UNKNOWN = "null"
+
+# The numpy dtype kuiper computes in, per pnnx type: complex32 as complex64, bfloat16 as float32.
+_COMPUTE = {
+    "f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64,
+    "i16": np.int16, "i8": np.int8, "u8": np.uint8, "bool": np.bool_, "c64": np.complex64,
+    "c128": np.complex128, "c32": np.complex64, "bf16": np.float32,
+}
+
+
+def numpy_dtype(pnnx_dtype: str | None) -> np.dtype:
+    """The numpy dtype kuiper computes in for a pnnx type name (float32 when unknown)."""
+    return np.dtype(_COMPUTE.get(pnnx_dtype or "f32", np.float32))

@@ -1,9 +1,9 @@
 """The graph interpreter: runtime records, memory planning and RuntimeGraph."""
 
-from kuiper.runtime.graph import GraphState, KuiperWarning, RuntimeGraph, load
+from kuiper.runtime.graph import GraphState, RuntimeGraph, load
 from kuiper.runtime.operators import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 
 __all__ = [
-    "GraphState", "KuiperWarning", "RuntimeGraph", "load",
+    "GraphState", "RuntimeGraph", "load",
     "RuntimeAttribute", "RuntimeOperand", "RuntimeOperator", "RuntimeParameter",
 ]

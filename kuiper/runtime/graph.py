@@ -24,15 +24,15 @@ import numpy as np
 
 from kuiper import pnnx
 from kuiper.custom import CustomOps
-from kuiper.errors import BackendError, GraphError, InputError, ShapeError, UnsupportedOperatorError
+from kuiper.errors import BackendError, GraphError, InputError, KuiperWarning, ShapeError, UnsupportedOperatorError
 from kuiper.layers.registry import is_supported, layer_class
 from kuiper.runtime.operators import (
     RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype,
 )
-from kuiper.runtime.opencl import DeviceTensor
-from kuiper.runtime import threads
+from kuiper.opencl import DeviceTensor
+from kuiper.cpu import threads
 from kuiper.runtime.planner import Lifetime, assign_buffers
-from kuiper.runtime.variants import MEASURE, TuningCache, choose, tuning_mode
+from kuiper.opencl.tuning import MEASURE, TuningCache, choose, tuning_mode
 from kuiper.tensor import Tensor
 
 INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
@@ -46,10 +46,6 @@ class GraphState(IntEnum):
     NEED_INIT = -2
     NEED_BUILD = -1
     COMPLETE = 0
-
-
-class KuiperWarning(UserWarning):
-    """Something kuiper fixed for you but you may want to know about (e.g. a float64 input converted)."""
 
 
 class ExecutionPlan:
@@ -255,7 +251,7 @@ class RuntimeGraph:
 
     def _build_opencl(self) -> None:
         """Upload weights and compile kernels once; say which operators must run on the host."""
-        from kuiper.runtime.opencl import get_runtime
+        from kuiper.opencl import get_runtime
 
         self.runtime = get_runtime(self.device)
         self.tuning_cache = TuningCache() if self.tuning == MEASURE else None
@@ -334,7 +330,7 @@ class RuntimeGraph:
         return plan
 
     def _choose_variants(self, shapes: dict) -> dict:
-        """{operator name: variant name} for each layer with kernel variants (kuiper/runtime/variants.py), chosen
+        """{operator name: variant name} for each layer with kernel variants (kuiper/opencl/tuning.py), chosen
         for its input shapes by rule or by measurement, as `tuning` says."""
         return {op.name: choose(op.layer, [shapes[o.name] for o in op.input_operands], self.tuning, self.tuning_cache)
                 for op in self.order if op.layer is not None and op.layer.variants is not None}
@@ -456,7 +452,7 @@ class RuntimeGraph:
             op.meet_num = 0
         enqueuer = None
         if self.runtime is not None:
-            from kuiper.runtime.opencl import Enqueuer
+            from kuiper.opencl import Enqueuer
 
             enqueuer = Enqueuer(self.runtime, levels=self.schedule == "levels")
 

@@ -9,17 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_DTYPES = {
-    "f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64,
-    "i16": np.int16, "i8": np.int8, "u8": np.uint8, "bool": np.bool_, "c64": np.complex64,
-    "c128": np.complex128, "c32": np.complex64, "bf16": np.float32,
-}
-
-
-def numpy_dtype(pnnx_dtype: str | None) -> np.dtype:
-    """The numpy dtype kuiper computes in for a pnnx type name (float32 when unknown)."""
-    return np.dtype(_DTYPES.get(pnnx_dtype or "f32", np.float32))
-
+from kuiper.pnnx.dtypes import numpy_dtype  # noqa: F401  (runtime records carry numpy dtypes)
 
 class RuntimeParameter:
     """A typed parameter value (`type` is the pnnx type code 0-7, 10, 11)."""

@@ -16,7 +16,7 @@ from kuiper.layers.registry import layer_class
 from kuiper.cli import main
 from conftest import MODELS, NO_OPENCL, OPENCL_DEVICES, load_manifest, model_cases, model_paths
 from custom_op_files import CHANNEL_SCALE, EXAMPLES, LEAKY_CLAMP
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl.devices import spec_of
 
 ENTRY = load_manifest()["custom_op_models"]["custom_scale"]
 PARAM = MODELS / ENTRY["param"]

@@ -25,7 +25,7 @@ def test_the_constant_is_copied_exactly(cl_runtime, value):
 
 def test_every_forward_copies_again(cl_runtime):
     """The output is a buffer of the memory plan that others reuse: each forward must refill it."""
-    from kuiper.runtime.opencl import DeviceTensor, Enqueuer
+    from kuiper.opencl import DeviceTensor, Enqueuer
 
     value = RNG.standard_normal((3, 5)).astype(np.float32)
     layer = make_layer("pnnx.Attribute", attrs={"data": value}, input_shapes=[])

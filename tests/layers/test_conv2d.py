@@ -284,8 +284,8 @@ def test_bad_weights(attrs, message):
 
 @pytest.fixture(params=[2, 3], ids=["2 threads", "3 threads"])
 def threads_forced(request, monkeypatch):
-    """kuiper's threads (runtime/threads.py) with every split worth making, whatever the size of the work."""
-    from kuiper.runtime import threads
+    """kuiper's threads (cpu/threads.py) with every split worth making, whatever the size of the work."""
+    from kuiper.cpu import threads
 
     monkeypatch.setattr(threads, "_count", request.param)
     monkeypatch.setattr(threads, "MIN_MACS", 1)

@@ -5,7 +5,7 @@ split into chunks, with the other device type's kernels and with every GEMM vari
 import numpy as np
 import pytest
 
-import kuiper.layers.gemm
+import kuiper.opencl.gemm
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
 from test_conv2d import CASES, make_conv
 
@@ -37,7 +37,7 @@ def test_larger_convolutions_opencl(cl_runtime, case):
 def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
     case = CASES["stride2 odd batch3 nobias"]
     check(case, cl_runtime, shape=case["input_shape"][1:])
-    monkeypatch.setattr(kuiper.layers.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
+    monkeypatch.setattr(kuiper.opencl.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
     check(case, cl_runtime)
     check(CASES["groups3 stride2"], cl_runtime)
 

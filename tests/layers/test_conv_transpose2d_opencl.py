@@ -5,9 +5,9 @@ out-of-order queue of the levels schedule."""
 import numpy as np
 import pytest
 
-import kuiper.layers.gemm
+import kuiper.opencl.gemm
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
-from kuiper.runtime.opencl import DeviceTensor, Enqueuer
+from kuiper.opencl import DeviceTensor, Enqueuer
 from test_conv_transpose2d import CASES, make_deconv
 
 RNG = np.random.default_rng(17)
@@ -27,7 +27,7 @@ def test_conv_transpose_opencl_matches_numpy(cl_runtime, case):
 def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
     case = CASES["stride2 pad1 outpad1 groups2"]
     check(case, cl_runtime, shape=case["input_shape"][1:])
-    monkeypatch.setattr(kuiper.layers.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
+    monkeypatch.setattr(kuiper.opencl.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
     check(case, cl_runtime)
 
 
@@ -40,7 +40,7 @@ def test_other_gemm_variant_opencl(cl_runtime, monkeypatch, name):
 def test_kernels_keep_their_order_on_the_out_of_order_queue(cl_runtime, monkeypatch):
     """On the levels schedule a layer's kernels share an out-of-order queue and wait only for the layer's
     producers: each chunk's col2im must still follow its GEMM, and the next GEMM that col2im (Enqueuer chains them)."""
-    monkeypatch.setattr(kuiper.layers.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
+    monkeypatch.setattr(kuiper.opencl.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
     layer, _, _ = make_deconv(RNG, **CASES["stride2 pad1 outpad1 groups2"])
     x = RNG.standard_normal(CASES["stride2 pad1 outpad1 groups2"]["input_shape"]).astype(np.float32)
     expected = layer.run_numpy(x)[0]

@@ -278,7 +278,7 @@ def test_bitwise_functions_refuse_float_inputs():
 @pytest.mark.parametrize("fused", [False, True])
 def test_large_same_shape_inputs_split_over_threads(monkeypatch, fused):
     """A residual add big enough for kuiper's threads: each takes blocks of elements, intermediates and all."""
-    from kuiper.runtime import threads
+    from kuiper.cpu import threads
 
     monkeypatch.setattr(threads, "_count", 3)
     rng = np.random.default_rng(5)

@@ -1,4 +1,4 @@
-"""nn.Linear on OpenCL (one GEMM with a per-column bias, kuiper/layers/gemm.py) against its numpy forward,
+"""nn.Linear on OpenCL (one GEMM with a per-column bias, kuiper/opencl/gemm.py) against its numpy forward,
 on the numpy tests' ranks and on sizes past the GEMM kernels' blocks."""
 
 import numpy as np

@@ -7,11 +7,11 @@ import pyopencl as cl
 import pytest
 
 import kuiper
-from kuiper.runtime import opencl
-from kuiper.runtime.opencl import DeviceTensor, get_runtime, round_up
+from kuiper import opencl
+from kuiper.opencl import DeviceTensor, get_runtime, round_up
 from kuiper.runtime.operators import make_layer
 from lesson_tools import BLOCK, check_shell_commands
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl.devices import spec_of
 
 SOURCE = """
 __kernel void relu(__global float* y, __global const float* x, const int n) {

@@ -12,9 +12,9 @@ import kuiper
 from kuiper import BackendError, KernelBuildError, KuiperWarning
 from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.layers.registry import register, unregister
-from kuiper.runtime.opencl import BufferPool, DeviceTensor, Enqueuer, round_up
+from kuiper.opencl import BufferPool, DeviceTensor, Enqueuer, round_up
 from lesson_tools import MODELS, check_shell_commands, model_case
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl.devices import spec_of
 
 UNET = MODELS / "unet_tiny" / "unet_tiny.pnnx.param"
 

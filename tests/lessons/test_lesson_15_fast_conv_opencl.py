@@ -8,8 +8,8 @@ import pyopencl as cl
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from kuiper.layers.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
-from kuiper.runtime.opencl import DeviceTensor, Enqueuer
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
+from kuiper.opencl import DeviceTensor, Enqueuer
 from kuiper.runtime.operators import make_layer
 from lesson_tools import check_shell_commands
 

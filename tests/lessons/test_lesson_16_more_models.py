@@ -10,7 +10,7 @@ import kuiper
 from kuiper import InputError, ShapeError
 from kuiper.runtime.operators import make_layer
 from lesson_tools import MODELS, check_shell_commands, model_case, param_lines
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl.devices import spec_of
 
 RNG = np.random.default_rng(16)
 UNET = MODELS / "unet_tiny" / "unet_tiny.pnnx.param"

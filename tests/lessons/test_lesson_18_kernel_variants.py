@@ -11,10 +11,10 @@ import kuiper
 from conftest import assert_every_variant_matches_numpy
 from kuiper import KuiperWarning
 from kuiper.layers.batchnorm2d import TILE, rule
-from kuiper.runtime import variants
+from kuiper.opencl import tuning as variants
 from kuiper.runtime.operators import make_layer
 from lesson_tools import MODELS, check_shell_commands
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl.devices import spec_of
 
 RNG = np.random.default_rng(18)
 CONV_ZOO = MODELS / "conv_zoo" / "conv_zoo.pnnx.param"

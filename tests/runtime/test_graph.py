@@ -7,7 +7,7 @@ import pytest
 
 import kuiper
 from kuiper import BackendError, GraphError, GraphState, InputError, UnsupportedOperatorError
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl.devices import spec_of
 
 # x -> relu -> a;  x -> neg -> b;  add(a, b) -> c;  cat(c, a) -> d
 BRANCHY = """7767517

@@ -8,7 +8,7 @@ import pytest
 import kuiper
 from conftest import model_cases, model_names, model_paths
 from test_model_outputs import assert_matches_torch
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl.devices import spec_of
 
 
 @pytest.fixture(scope="module")

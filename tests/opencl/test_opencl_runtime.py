@@ -10,8 +10,8 @@ import pytest
 import kuiper
 from conftest import ROOT, model_cases, model_paths
 from kuiper import BackendError, KernelBuildError
-from kuiper.runtime import opencl
-from kuiper.runtime.devices import spec_of
+from kuiper import opencl
+from kuiper.opencl.devices import spec_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::kuiper.KuiperWarning")
 

@@ -1,4 +1,4 @@
-"""Kernel variants chosen by shape: a layer offers several OpenCL kernels, and one is picked per input shape.
+"""Choosing a layer's kernel variant (kuiper/variants.py) per input shape on OpenCL: by rule, or by measurement.
 
 Which way of splitting a layer's work over work-items runs fastest depends on the shape and on the device: a
 BatchNorm over 512 planes of 7x7 pixels wants another kernel than one over 16 planes of 224x224, and a CPU
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import BackendError
-from kuiper.runtime.opencl import DeviceTensor, Enqueuer
+from kuiper.errors import BackendError, KuiperWarning
+from kuiper.opencl.runtime import DeviceTensor, Enqueuer
+from kuiper.variants import shape_key
 
 RULE, MEASURE = "rule", "measure"
 TUNINGS = (RULE, MEASURE)
@@ -45,68 +46,6 @@ def tuning_mode(tuning: str | None = None) -> str:
         source = "" if tuning else " (from KUIPER_TUNING)"
         raise BackendError(f"unknown tuning {mode!r}{source} (available: {', '.join(TUNINGS)})")
     return mode
-
-
-class Variant:
-    """One way to compute a layer's output: `build()` makes its kernel (once, when the variant first runs) and
-    `launch(q, kernel, *args)` enqueues it with whatever arguments the layer passes to the variant."""
-
-    def __init__(self, name: str, build, launch):
-        self.name = name
-        self.build = build
-        self.launch = launch
-        self._kernel = None
-
-    def kernel(self):
-        if self._kernel is None:
-            self._kernel = self.build()
-        return self._kernel
-
-    def __call__(self, q, *args):
-        return self.launch(q, self.kernel(), *args)
-
-    def __repr__(self):
-        return f"Variant({self.name!r})"
-
-
-class Variants:
-    """A layer's variants on one runtime, and the one chosen for each tuple of input shapes.
-
-    rule(shapes) names the variant the rule picks; candidates(shapes) names those able to compute these shapes
-    (every variant, unless given). `files` are the kernel files the variants are built from: a change to their
-    source makes earlier measurements invalid."""
-
-    def __init__(self, rt, files, variants, rule, candidates=None):
-        self.rt = rt
-        self.files = tuple(files)
-        self.by_name = {v.name: v for v in variants}
-        self.rule = rule
-        self._candidates = candidates
-        self.chosen = {}  # input shapes -> variant name
-
-    def candidates(self, shapes) -> list:
-        return list(self.by_name) if self._candidates is None else self._candidates(shapes)
-
-    def use(self, shapes, name: str) -> None:
-        """Run variant `name` for these input shapes from now on."""
-        shapes = shape_key(shapes)
-        allowed = self.candidates(shapes)
-        if name not in allowed:
-            raise BackendError(f"variant {name!r} cannot run input shapes {shapes} (candidates: {', '.join(allowed)})")
-        self.chosen[shapes] = name
-
-    def pick(self, shapes) -> Variant:
-        """The variant chosen for these input shapes (a tuple of tuples); the rule's where nothing was chosen,
-        as for a layer run on its own, outside a graph."""
-        name = self.chosen.get(shapes)
-        if name is None:
-            name = self.chosen[shapes] = self.rule(shapes)
-        return self.by_name[name]
-
-
-def shape_key(shapes) -> tuple:
-    """Input shapes as `Variants.chosen` keys them, and as forward sees them: a tuple of tuples of ints."""
-    return tuple(tuple(int(d) for d in shape) for shape in shapes)
 
 
 def choose(layer, shapes, tuning: str = RULE, cache: TuningCache | None = None) -> str:
@@ -241,6 +180,4 @@ class TuningCache:
 
 
 def _warn(message: str) -> None:
-    from kuiper.runtime.graph import KuiperWarning  # imported here: graph.py imports this module
-
     warnings.warn(message, KuiperWarning, stacklevel=2)

@@ -1,4 +1,4 @@
-"""kuiper's worker threads for the numpy backend (kuiper/runtime/threads.py): splitting, errors, bands."""
+"""kuiper's worker threads for the numpy backend (kuiper/cpu/threads.py): splitting, errors, bands."""
 
 import threading
 
@@ -7,7 +7,7 @@ import pytest
 
 import kuiper
 from kuiper.errors import KuiperError
-from kuiper.runtime import threads
+from kuiper.cpu import threads
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The OpenCL runtime: device choice, program cache, buffer pool, enqueueing with events, profiling.
+"""The OpenCL runtime: program cache, buffer pool, enqueueing with events, profiling (devices.py chooses the device).
 
 One OpenCLRuntime per device, shared by every graph that runs on it (contexts and compiled programs are
 expensive: PoCL takes ~0.2-2 s per program). Layers talk to it in two moments:
@@ -22,10 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from kuiper.errors import BackendError, KernelBuildError
-from kuiper.runtime.devices import (  # noqa: F401  (the device API, as lesson 13 uses it from here)
-    all_devices, build_program, describe, is_cpu, select_device, usable_devices,
-)
-from kuiper.runtime.planner import BufferAssignment
+from kuiper.opencl.devices import build_program, is_cpu, select_device
 from kuiper.tensor import Tensor, normalize_shape
 
 CL_DIR = Path(__file__).resolve().parent.parent.parent / "cl"
@@ -119,7 +116,7 @@ class OpenCLRuntime:
 
     def source_hash(self, file) -> str:
         """The hash of cl/<file> (or an absolute path) and of the headers it includes: what the program cache
-        keys on, and what a tuning measurement (kuiper/runtime/variants.py) stays valid for."""
+        keys on, and what a tuning measurement (kuiper/opencl/tuning.py) stays valid for."""
         return _source_and_hash(_kernel_path(file))[1]
 
     # ---- memory --------------------------------------------------------------------------------------
@@ -274,7 +271,7 @@ class BufferPool:
         self._free.append((buffer.size, self._serial, buffer))
         self._free.sort(key=lambda entry: entry[:2])
 
-    def slots(self, assignment: BufferAssignment) -> list:
+    def slots(self, assignment) -> list:
         """One buffer per slot of a liveness assignment."""
         return [self.take(size) for size in assignment.slot_sizes]
 

@@ -6,7 +6,7 @@ offset + group * group_stride + item * item_stride elements into its buffer. A `
 operand that way.
 
 Two kernels compute it (see cl/gemm.cl), each in several block or tile sizes. Every (kernel, size) pair is a
-variant (kuiper/runtime/variants.py): a layer picks one per input shape, by `Gemm.rule` or by measurement.
+variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.rule` or by measurement.
 
 * "cpu 6xNB" runs `gemm_cpu`: no local memory, register blocks of MB x NB outputs in float16 vectors.
   PoCL runs a work-group's work-items in a loop on one core, dimension 0 innermost, so the host sizes
@@ -24,8 +24,8 @@ from __future__ import annotations
 from functools import partial
 from typing import NamedTuple
 
-from kuiper.runtime.opencl import round_up
-from kuiper.runtime.variants import Variant, Variants
+from kuiper.opencl.runtime import round_up
+from kuiper.variants import Variant, Variants
 
 #: gemm_cpu's register block: MB rows by NV vectors of 16 columns (24 AVX2/AVX-512 ymm accumulators:
 #: LLVM splits a float16 into two 256-bit halves on these CPUs, and 32 such registers exist)

@@ -1,4 +1,4 @@
-"""cl/gemm.cl through kuiper/layers/gemm.py: both kernels on every device against numpy in float64, on sizes
+"""cl/gemm.cl through kuiper/opencl/gemm.py: both kernels on every device against numpy in float64, on sizes
 around the kernels' blocks and tiles (1, 3, 17, 63, 64, 65, 129), with bias, padded leading dimensions,
 offsets and stacks of groups x batch items; and every block and tile size (each a variant) on one product."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from kuiper.layers.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
-from kuiper.runtime.opencl import Enqueuer
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
+from kuiper.opencl import Enqueuer
 
 SIZES = (1, 3, 17, 63, 64, 65, 129)
 VARIANTS = ("cpu", "gpu")

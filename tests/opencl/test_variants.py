@@ -1,4 +1,4 @@
-"""Kernel variants chosen by shape (kuiper/runtime/variants.py): by rule when a plan is made, by measurement with
+"""Kernel variants chosen by shape (kuiper/opencl/tuning.py): by rule when a plan is made, by measurement with
 a tuning cache that a second graph and a second process reuse, and a cache file that is broken or unwritable
 costing a warning, never a crash. Every cache lives in tmp_path; no test asserts a time."""
 
@@ -16,9 +16,9 @@ import kuiper
 from conftest import ROOT
 from kuiper import BackendError, KuiperWarning
 from kuiper.layers.batchnorm2d import rule
-from kuiper.runtime import variants
-from kuiper.runtime.variants import TuningCache, cache_key, default_cache_path
-from kuiper.runtime.devices import spec_of
+from kuiper.opencl import tuning as variants
+from kuiper.opencl.tuning import TuningCache, cache_key, default_cache_path
+from kuiper.opencl.devices import spec_of
 
 SHAPE = (1, 8, 3, 3)
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import OPENCL_DEVICES, ROOT
 from kuiper import BackendError, cli
-from kuiper.runtime import devices, opencl
+from kuiper.opencl import devices, runtime
 
 # a kernel every compiler rejects: what the PoCL wheel's "unknown target CPU 'generic'" does to every build
 BROKEN_SOURCE = "__kernel void probe(__global float* x) { x[0] = no_such_name; }"
@@ -103,20 +103,20 @@ def test_a_kernel_whose_setup_failed_is_not_kept(cl_runtime, monkeypatch, tmp_pa
         raise BackendError(f"kernel {name}: the OpenCL driver gives no argument info")
 
     with monkeypatch.context() as patch:
-        patch.setattr(opencl, "_scalar_types", no_arg_info)
+        patch.setattr(runtime, "_scalar_types", no_arg_info)
         with pytest.raises(BackendError, match="no argument info"):
             cl_runtime.kernel(source, "twice")
     kernel = cl_runtime.kernel(source, "twice")  # set up afresh, with its argument types
     buffer = cl_runtime.upload(np.ones(4, np.float32))
     kernel(cl_runtime.queue, (4,), None, buffer, 2.5)  # a plain float: the declared type packs it
     out = np.empty(4, np.float32)
-    opencl._cl().enqueue_copy(cl_runtime.queue, out, buffer, is_blocking=True)
+    runtime._cl().enqueue_copy(cl_runtime.queue, out, buffer, is_blocking=True)
     np.testing.assert_array_equal(out, 2.5)
 
 
 SECOND_PROCESS = """
 import numpy as np, kuiper
-from kuiper.runtime.opencl import get_runtime
+from kuiper.opencl import get_runtime
 rt = get_runtime({device!r})
 relu = rt.kernel("activation.cl", "activation", ["-DACT=act_relu"])
 x = np.array([-1, 2, -3, 4], np.float32)
@@ -149,7 +149,7 @@ def _intel_installed() -> bool:
 
 SHOW_VENDORS = """
 import os
-from kuiper.runtime import devices
+from kuiper.opencl import devices
 print([p.name for p in devices.platforms()])
 print(os.environ.get("OCL_ICD_VENDORS"))
 """

@@ -1,0 +1,12 @@
+"""OpenCL: the devices (devices.py), the runtime every OpenCL layer enqueues through (runtime.py), the shared
+GEMM launcher (gemm.py) and kernel variants chosen by measurement (tuning.py). Kernels live in cl/."""
+
+from kuiper.opencl.devices import (
+    all_devices, describe, expose_pip_drivers, probe, select_device, spec_of, usable_devices,
+)
+from kuiper.opencl.runtime import BufferPool, DeviceTensor, Enqueuer, OpenCLRuntime, get_runtime, round_up
+
+__all__ = [
+    "BufferPool", "DeviceTensor", "Enqueuer", "OpenCLRuntime", "all_devices", "describe", "expose_pip_drivers",
+    "get_runtime", "probe", "round_up", "select_device", "spec_of", "usable_devices",
+]
