@@ -14,14 +14,17 @@ from kuiper.errors import BackendError
 
 
 class Variant:
-    """One way to compute a layer's output. On OpenCL `build()` makes its kernel (once, when the variant first
-    runs) and `launch(q, kernel, *args)` enqueues it with whatever arguments the layer passes to the variant;
-    a CPU variant has no kernel to build (build=None) and is `launch(*args)` itself."""
+    """One way to compute a layer's output. `build()` makes what the variant needs before it can run, once
+    (`kernel()` returns it): on OpenCL its kernel, on the CPU prepared data such as transformed weights, or
+    nothing (build=None). Calling an OpenCL variant, `variant(q, *args)`, runs `launch(q, kernel, *args)`,
+    which enqueues the kernel with whatever arguments the layer passes; a CPU variant is `launch(*args)`, and
+    fetches its prepared data with `kernel()` itself."""
 
-    def __init__(self, name: str, build, launch):
+    def __init__(self, name: str, build, launch, cpu: bool = False):
         self.name = name
         self.build = build
         self.launch = launch
+        self.cpu = cpu
         self._kernel = None
 
     def kernel(self):
@@ -30,7 +33,7 @@ class Variant:
         return self._kernel
 
     def __call__(self, *args):
-        if self.build is None:
+        if self.cpu:
             return self.launch(*args)
         q, *rest = args
         return self.launch(q, self.kernel(), *rest)
@@ -57,6 +60,16 @@ class Variants:
 
     def candidates(self, shapes) -> list:
         return list(self.by_name) if self._candidates is None else self._candidates(shapes)
+
+    def fix(self, shapes, name: str | None = None) -> str:
+        """Choose variant `name` (the rule's when None) for these input shapes, and build it now, when the
+        plan is made, rather than in the first forward: an OpenCL kernel, or a CPU variant's prepared data
+        (Winograd's transformed weights). Returns the name."""
+        shapes = shape_key(shapes)
+        name = name or self.rule(shapes)
+        self.chosen[shapes] = name
+        self.by_name[name].kernel()
+        return name
 
     def use(self, shapes, name: str) -> None:
         """Run variant `name` for these input shapes from now on."""

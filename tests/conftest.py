@@ -120,3 +120,48 @@ def assert_every_variant_matches_numpy(layer, rt, *inputs, rtol=1e-4) -> list:
     for name in names:
         assert_opencl_matches_numpy(layer, rt, *inputs, rtol=rtol, variant=name)
     return names
+
+
+def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1e-4, **layer_options) -> list:
+    """ncnn's test_layer: the reference layer's numpy forward (kuiper/layers/) is the oracle; the fast CPU layer
+    (kuiper/cpu/) in every variant that claims these shapes, at each thread count, and the OpenCL forward on every
+    usable device must match it. `layer_options` go to make_layer (params, attrs, input_shapes...). Returns the
+    names of the CPU variants checked (["forward_numpy"] for a fast layer without variants; [] without one)."""
+    from kuiper import cpu  # noqa: F401  (registers the fast layers)
+    from kuiper.cpu import threads as cpu_threads
+    from kuiper.cpu.registry import fast_class
+    from kuiper.opencl import get_runtime
+    from kuiper.runtime.operators import make_layer
+    from kuiper.variants import shape_key
+
+    options = {"input_shapes": [np.shape(x) for x in inputs], **layer_options}
+    reference = make_layer(type, **options)
+    expected = reference.run_numpy(*inputs)
+
+    def same(got, where):
+        assert len(got) == len(expected), where
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape and g.dtype == e.dtype, where
+            scale = max(1.0, float(np.abs(e).max())) if e.size else 1.0
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale, err_msg=where)
+
+    checked = []
+    if fast_class(type) is not None:
+        fast = make_layer(type, fast=True, **options)
+        shapes = shape_key([np.shape(x) for x in inputs])
+        names = [None] if fast.variants is None else fast.variants.candidates(shapes)
+        for name in names:
+            if name is not None:
+                fast.variants.fix(shapes, name)
+            for count in threads:
+                cpu_threads.set_num_threads(count)
+                try:
+                    with cpu_threads.active():
+                        same(fast.run_numpy(*inputs), f"{type} fast variant {name} on {count} thread(s)")
+                finally:
+                    cpu_threads.set_num_threads(None)
+            checked.append(name or "forward_numpy")
+    if reference.supports_opencl:
+        for spec in OPENCL_DEVICES:
+            same(reference.run_opencl(get_runtime(spec), *inputs), f"{type} OpenCL on {spec}")
+    return checked

@@ -64,9 +64,7 @@ def choose(layer, shapes, tuning: str = RULE, cache: TuningCache | None = None) 
             seconds = measure(layer, shapes, names)
             name = min(seconds, key=seconds.get)
             cache.store(key, name, seconds)
-    variants.chosen[shapes] = name
-    variants.by_name[name].kernel()  # built now, when the plan is made, rather than in the first forward
-    return name
+    return variants.fix(shapes, name)
 
 
 def measure(layer, shapes, names, repeats: int = REPEATS) -> dict:
