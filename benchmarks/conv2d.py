@@ -1,4 +1,4 @@
-"""ResNet-18's convolutions one by one: the path Conv2d picks (Winograd or im2col) next to im2col alone.
+"""ResNet-18's convolutions one by one: the variant Conv2d's rule picks (kuiper/cpu/conv2d.py) next to im2col alone.
 
     python benchmarks/conv2d.py [--batch 1] [--runs 20] [--threads 2]
 
@@ -33,28 +33,27 @@ def main() -> None:
     import numpy as np
 
     import kuiper
-    from kuiper.layers import conv2d
+    from kuiper.variants import shape_key
 
     graph = kuiper.load(ROOT / "models" / "resnet18" / "resnet18.pnnx.param")
     plan = graph.plan_for((args.batch, 3, 224, 224))
     rng = np.random.default_rng(0)
-    chosen_path = conv2d.Conv2d._winograd_variant
-
-    def im2col_only(self, ho, wo):
-        return None
 
     print(f"ResNet-18 convolutions, batch {args.batch}, {args.threads} thread(s), median of {args.runs} (ms)")
     totals = {"picked": 0.0, "im2col": 0.0}
-    for op in graph.order:
+    for op in graph.unfused_order:  # the file's operators: a fused one's convolution is still its own here
         if op.type != "nn.Conv2d":
             continue
-        layer = op.layer
-        x = rng.standard_normal(plan.shapes[op.input_operands[0].name]).astype(np.float32)
-        outs = {name: np.empty(plan.shapes[op.output_operand.name], np.float32) for name in totals}
-        selectors = {"picked": chosen_path, "im2col": im2col_only}
+        layer = op.layer  # the fast CPU Conv2d (kuiper/cpu/conv2d.py), its variants chosen per input shape
+        shapes = shape_key([plan.shapes[op.input_operands[0].name]])
+        x = rng.standard_normal(shapes[0]).astype(np.float32)
+        outs = {name: np.empty(layer.output_shapes(shapes)[0], np.float32) for name in totals}
+        variants = {"picked": layer.variants.rule(shapes), "im2col": "im2col"}
+        for name in variants.values():
+            layer.variants.fix(shapes, name)  # builds Winograd's weights now, not in a timed run
 
         def run(name):
-            conv2d.Conv2d._winograd_variant = selectors[name]
+            layer.variants.use(shapes, variants[name])
             layer.forward_numpy([x], [outs[name]])
 
         for name in totals:
@@ -68,15 +67,13 @@ def main() -> None:
                 started = time.perf_counter()
                 run(name)
                 times[name].append(time.perf_counter() - started)
-        conv2d.Conv2d._winograd_variant = chosen_path
-        variant = chosen_path(layer, *outs["picked"].shape[2:]) if layer.winograd_ok else None
-        path = f"Winograd F({variant.m}x{variant.m})" if variant else "im2col"
         medians = {name: statistics.median(t) * 1e3 for name, t in times.items()}
         for name in totals:
             totals[name] += medians[name]
         (kh, kw), (sh, _) = layer.kernel_size, layer.stride
-        print(f"  {op.name:<12} {str(x.shape):<20} {kh}x{kw} s{sh}  {path:<17} {medians['picked']:7.2f}   "
-              f"im2col {medians['im2col']:7.2f}   x{medians['im2col'] / medians['picked']:.2f}")
+        print(f"  {op.name:<12} {str(x.shape):<20} {kh}x{kw} s{sh}  {variants['picked']:<17} "
+              f"{medians['picked']:7.2f}   im2col {medians['im2col']:7.2f}   "
+              f"x{medians['im2col'] / medians['picked']:.2f}")
     print(f"  total{'':<50}{totals['picked']:7.2f}   im2col {totals['im2col']:7.2f}   "
           f"x{totals['im2col'] / totals['picked']:.2f}")
 

@@ -17,6 +17,7 @@ from kuiper import pnnx
 from kuiper.tensor import Tensor
 from kuiper import layers  # noqa: F401  (registers every layer)
 from kuiper.runtime import GraphState, RuntimeGraph, load
+from kuiper import cpu  # noqa: F401  (registers the fast CPU layers)
 from kuiper.cpu.threads import num_threads, set_num_threads
 
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ import numpy as np
 
 import kuiper
 from kuiper.errors import KuiperError
+from kuiper.runtime.graph import BACKENDS
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -59,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common, custom], help="run a model (default: the embedded ResNet-18)")
     run.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
     run.add_argument("--input", help="a .npy array, or an image (resized and normalized ImageNet-style)")
-    run.add_argument("--backend", default="numpy", choices=("numpy", "opencl"), help="numpy (default) or opencl")
+    run.add_argument("--backend", default="numpy", choices=BACKENDS,
+                     help="numpy (default: fast CPU layers, fused), reference (the textbook layers only) or opencl")
     run.add_argument("--device", help="OpenCL device: P:D or a name substring (default: KUIPER_CL_DEVICE, first GPU, first CPU)")
     run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
     run.add_argument("--batch", type=int, help="run at this batch size (the input is repeated or drawn)")
@@ -79,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W",
                          help="inspect at this input shape (once per graph input)")
     inspect.add_argument("--graph", metavar="FILE", help="draw the graph: .mmd (mermaid), .dot, or .svg/.png via graphviz")
+    inspect.add_argument("--backend", default="numpy", choices=BACKENDS,
+                         help="show the graph as this backend builds it: numpy (default) after the fusion pass, "
+                              "reference as the file has it")
     inspect.set_defaults(func=cmd_inspect, debug=False)
     devices = sub.add_parser("devices", parents=[common], help="list OpenCL platforms and devices")
     devices.set_defaults(func=cmd_devices, debug=False)
@@ -137,7 +142,7 @@ def cmd_run(args) -> None:
     where = args.backend
     if graph.runtime is not None:
         where += f" ({graph.runtime.device.name.strip()})"
-    if graph.runtime is None:
+    if args.backend == "numpy":  # the reference backend runs on one thread
         where += f", {kuiper.num_threads()} thread(s)"
     console.print(f"[bold]{param.name}[/] on [bold]{where}[/], input {shapes}")
 
@@ -248,12 +253,11 @@ def _print_profile(console, graph) -> None:
         return [f"{host * 1e3:.3f}"] + ([f"{device * 1e3:.3f}"] if on_device else []) + [f"{100 * share:.1f}"]
 
     table = Table(title="time per operator (last forward)")
-    names = ["operator", "type"] + (["variant"] if on_device else [])  # the kernel variant chosen for the shape
+    names = ["operator", "type", "variant"]  # the variant chosen for the shape (kuiper/variants.py)
     for col in names + columns:
         table.add_column(col, justify="left" if col in names else "right")
     for op, host, device in graph.last_profile:
-        variant = [graph.last_variants.get(op.name, "")] if on_device else []
-        table.add_row(op.name, op.type, *variant, *cells(host, device))
+        table.add_row(op.name, op.type, graph.last_variants.get(op.name, ""), *cells(host, device))
     console.print(table)
     by_type = Table(title="time per type")
     for col in ["type", "count"] + columns:
@@ -273,20 +277,23 @@ def cmd_inspect(args) -> None:
     console = _console()
     param = Path(args.model) if args.model else DEFAULT_MODEL
     _require(param, "model")
-    graph = RuntimeGraph(param, custom_ops=args.custom_op).init()
+    graph = RuntimeGraph(param, backend=args.backend, custom_ops=args.custom_op).init()
     console.print(f"[bold]{param}[/]: {len(graph.operators)} operators, {len(graph.operands)} operands")
     missing = graph.missing_types()
     if missing:
         console.print("[red]operator types with no layer:[/]")
         for type_, names in missing.items():
             console.print(f"  {type_}: {', '.join(names)}")
-    if args.graph:
-        _draw(graph, Path(args.graph))
-        console.print(f"graph written to {args.graph}")
     if missing:
+        if args.graph:  # as the file has it: unknown types cannot be built
+            _draw(graph, Path(args.graph))
+            console.print(f"graph written to {args.graph}")
         return
 
     graph.build()
+    if args.graph:
+        _draw(graph, Path(args.graph))
+        console.print(f"graph (as the {args.backend} backend runs it) written to {args.graph}")
     if args.input_shape:
         shapes = [tuple(int(d) for d in s.split(",")) for s in args.input_shape]
     else:
@@ -307,6 +314,15 @@ def cmd_inspect(args) -> None:
         f"peak activation memory: {memory['planned'] / 2**20:.2f} MiB planned in {memory['buffers']} shared buffers "
         f"(+ graph outputs), vs {memory['unplanned'] / 2**20:.2f} MiB with one buffer per tensor"
     )
+    fused, in_place = inspection.fusion_summary(graph)
+    if fused or in_place:
+        console.print(f"the fusion pass ({len(graph.unfused_order)} operators -> {len(graph.order)}; "
+                      f"`--backend reference` shows the graph as the file has it):")
+        for op in fused:
+            console.print(f"  {op.name}: " + " + ".join(f"{a.name} ({a.type})" for a in op.absorbed), highlight=False)
+        for op in in_place:
+            console.print(f"  {op.name} ({op.type}) overwrites its input {op.output_operand.overwrites.name}",
+                          highlight=False)
     served = inspection.custom_operators(graph)
     if served:
         console.print("served by custom OpenCL operators:")

@@ -28,10 +28,17 @@ def operator_rows(graph: RuntimeGraph, plan) -> list:
             continue
         ins = [plan.shapes[o.name] for o in op.input_operands]
         outs = [plan.shapes[o.name] for o in op.output_operands]
-        params = sum(int(np.prod(a.shape, dtype=np.int64)) for a in op.attrs.values())
+        params = sum(int(np.prod(a.shape, dtype=np.int64)) for part in (op.absorbed or [op]) for a in part.attrs.values())
         macs = op.layer.macs(ins, outs) if op.layer is not None else 0
         rows.append(OperatorRow(op.name, op.type, ins, outs, params, macs))
     return rows
+
+
+def fusion_summary(graph: RuntimeGraph) -> tuple:
+    """([fused operators], [operators working in place]) of a built graph (runtime/fusion.py)."""
+    fused = [op for op in graph.order if op.absorbed]
+    in_place = [op for op in graph.order if op.output_operands and op.output_operand.overwrites is not None]
+    return fused, in_place
 
 
 def custom_operators(graph: RuntimeGraph) -> list:

@@ -32,6 +32,11 @@ class Variant:
             self._kernel = self.build()
         return self._kernel
 
+    @property
+    def built(self) -> bool:
+        """Whether build() has run (a variant without one never needs to)."""
+        return self._kernel is not None
+
     def __call__(self, *args):
         if self.cpu:
             return self.launch(*args)

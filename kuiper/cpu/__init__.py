@@ -1,1 +1,4 @@
 """Fast CPU code for the numpy backend: kuiper's worker threads (threads.py) and the fast versions of layers."""
+
+from kuiper.cpu import elementwise, expression, pooling  # noqa: F401  (registers the fast layers)
+from kuiper.cpu import conv2d, conv_transpose2d, linear  # noqa: F401  (registers the fast layers)

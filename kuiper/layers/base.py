@@ -30,13 +30,8 @@ class Layer:
     #: how many input tensors the layer takes; None means "at least min_inputs"
     num_inputs: int | None = 1
     min_inputs: int = 1
-    #: numpy: forward_numpy may be given its input array as its output (element-wise layers whose formula
-    #: never reads an element after writing one), so the graph can let it overwrite an input nothing else reads
-    in_place: bool = False
-    #: numpy: the layer only adds its two inputs, a sum the graph may hand to one input's producer (fuse_add)
-    adds_two_inputs: bool = False
-    #: on OpenCL, the kernel variants to choose from per input shape (kuiper/opencl/tuning.py), set by
-    #: build_opencl in layers that have several; None: a single way to compute
+    #: the ways to compute this layer, one chosen per input shape (kuiper/variants.py): set by build_opencl in
+    #: layers with several OpenCL kernels, by the constructor of fast CPU layers with several paths; None: one way
     variants = None
 
     def __init__(self, op):
@@ -155,24 +150,6 @@ class Layer:
     def forward_numpy(self, inputs: list, outputs: list) -> None:
         """Compute outputs (preallocated numpy arrays, filled in place) from the input arrays."""
         raise NotImplementedError(f"{type(self).__name__} must implement forward_numpy")
-
-    def prepare(self, input_shapes: list) -> None:
-        """numpy: once per new input shapes, when the graph plans for them (at build for the shapes the file
-        records, else before the first forward at others), do the work that depends on the shapes but not
-        on the values, so that forward does not (convolution: Winograd's transformed weights). By default
-        there is none."""
-
-    def fuse(self, activation: "Layer") -> bool:
-        """Offer this layer `activation`, an in-place element-wise layer that is the only reader of its output.
-        Return True to take it: forward_numpy then applies it (`activation.apply(out, out)`) to the output it
-        writes, and the graph skips the activation's own operator. By default a layer declines."""
-        return False
-
-    def fuse_add(self) -> bool:
-        """Offer this layer the sum of its output and another tensor of the same shape, which the graph would
-        then pass as one more input (after the layer's own) for forward_numpy to add to its output, before
-        any activation fused later. Return True to take it. By default a layer declines."""
-        return False
 
     # ---- the OpenCL path (kuiper/opencl/runtime.py) -------------------------------------------------
     @property

@@ -26,7 +26,6 @@ import numpy as np
 from kuiper.layers.conv2d import ConvLayer, batched
 from kuiper.opencl.gemm import Columns, Gemm, Matrix
 from kuiper.layers.registry import register
-from kuiper.cpu import threads
 from kuiper.opencl import round_up
 
 
@@ -68,25 +67,29 @@ class ConvTranspose2d(ConvLayer):
 
     def forward_numpy(self, inputs, outputs):
         x, out = batched(inputs[0]), batched(outputs[0])
-        n, h, w = x.shape[0], x.shape[2], x.shape[3]
-        (kh, kw), (sh, sw), (dh, dw), (ph, pw) = self.kernel_size, self.stride, self.dilation, self.padding
-        ho, wo = out.shape[2:]
-
-        columns = self.scratch.get("columns", (self.groups, self.w_gemm.shape[1], h * w))
-        taps = columns.reshape(self.out_channels, kh, kw, h, w)
-        # tall and wide enough for every tap and for the cropped output, whichever reaches further
-        full_h = max((h - 1) * sh + dh * (kh - 1) + 1, ph + ho)
-        full_w = max((w - 1) * sw + dw * (kw - 1) + 1, pw + wo)
-        full = self.scratch.get("full", (self.out_channels, full_h, full_w))
-        x_groups = x.reshape(n, self.groups, -1, h * w)
-
-        for item in range(n):
-            threads.matmul(self.w_gemm, x_groups[item], columns)
-            full.fill(0.0)
-            for i, j in np.ndindex(kh, kw):
-                full[:, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw] += taps[:, i, j]
-            out[item] = full[:, ph:ph + ho, pw:pw + wo]
+        n, _, h, w = x.shape
+        # 1. GEMM: every tap of every input pixel, (N, groups, Cout/g*kh*kw, H*W), all items and groups at once
+        columns = np.matmul(self.w_gemm, x.reshape(n, self.groups, -1, h * w))
+        # 2. col2im, onto zeros
+        full = np.zeros((n, self.out_channels, *self.uncropped((h, w), out.shape[2:])), dtype=np.float32)
+        self.col2im(columns.reshape(n, self.out_channels, *self.kernel_size, h, w), full, out)
         self.add_bias(out)
+
+    def uncropped(self, in_hw: tuple, out_hw: tuple) -> tuple:
+        """(height, width) of the buffer col2im scatters onto: tall and wide enough for every tap and for the
+        cropped output, whichever reaches further."""
+        return tuple(max((size - 1) * s + d * (k - 1) + 1, p + length) for size, length, k, s, d, p
+                     in zip(in_hw, out_hw, self.kernel_size, self.stride, self.dilation, self.padding))
+
+    def col2im(self, taps: np.ndarray, full: np.ndarray, out: np.ndarray) -> None:
+        """Add tap (i, j) of input pixel (y, x), taps[..., :, i, j, y, x] (taps shaped (..., Cout, kh, kw, H, W)),
+        onto pixel (y*sh + i*dh, x*sw + j*dw) of `full`, the zeroed uncropped output (..., Cout, full_h,
+        full_w); then crop `padding` off it into `out`. Each tap is one strided slice of `full`."""
+        h, w = taps.shape[-2:]
+        (kh, kw), (sh, sw), (dh, dw), (ph, pw) = self.kernel_size, self.stride, self.dilation, self.padding
+        for i, j in np.ndindex(kh, kw):
+            full[..., i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw] += taps[..., i, j, :, :]
+        out[...] = full[..., ph:ph + out.shape[-2], pw:pw + out.shape[-1]]
 
     # ---- OpenCL ---------------------------------------------------------------------------------------
     def build_opencl(self, rt):

@@ -4,7 +4,8 @@ An element-wise layer maps every element of its input to the same position of it
 shape is the input shape and a layer only has to say how to compute one array from another: `apply`.
 Every `apply` writes into the preallocated output with numpy's `out=`, one whole-array pass per step, and
 none loops over elements in Python or branches per element (a boolean mask is slower in numpy than a
-few extra arithmetic passes, so the formulas blend with arithmetic instead).
+few extra arithmetic passes, so the formulas blend with arithmetic instead). The numpy backend runs each
+formula block by block over kuiper's threads instead (kuiper/cpu/elementwise.py); the result is the same.
 
 numpy has no erf, which GELU and pnnx's `erf(...)` expressions need, so it is built here from a published
 approximation (see `erfc`).
@@ -17,35 +18,21 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.cpu import threads
 from kuiper.opencl import round_up
-
-# A formula of several steps passes over its data several times. On blocks this size (256 KiB of float32)
-# the passes after the first read the CPU cache instead of memory: GELU runs about twice as fast as on
-# whole arrays. kuiper's threads (cpu/threads.py) share out the blocks.
-BLOCK = 1 << 16
-#: each of kuiper's threads takes at least this many blocks: handing over a part costs 0.05-0.15 ms (see
-#: cpu/threads.py), and a residual add with ReLU over 3 blocks took 0.23 ms on one thread, 0.27-0.31 on two
-PART_BLOCKS = 4
 
 
 class ElementwiseLayer(Layer):
     """One input, one output of the same shape: subclasses implement `apply(x, out)`."""
 
+    #: `apply` may be given its input as its output (a formula that never reads an element after writing one),
+    #: so the fusion pass (runtime/fusion.py) may let the layer overwrite an input nothing else reads
+    in_place: bool = False
+
     def output_shapes(self, input_shapes):
         return [input_shapes[0]]
 
     def forward_numpy(self, inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        if out.size <= BLOCK or not out.flags.c_contiguous:
-            self.apply(x, out)  # small, or laid out so that flat blocks of it would be copies
-            return
-        x, out = x.reshape(-1), out.reshape(-1)
-
-        def part(first, stop, _):  # blocks first..stop-1, on one of kuiper's threads
-            for start in range(first * BLOCK, min(stop * BLOCK, out.size), BLOCK):
-                self.apply(x[start:start + BLOCK], out[start:start + BLOCK])
-        threads.parallel(part, -(-out.size // BLOCK), grain=PART_BLOCKS)
+        self.apply(inputs[0], outputs[0])
 
     def apply(self, x: np.ndarray, out: np.ndarray) -> None:
         """Write f(x) into `out`, an array of x's shape: x itself only in layers marked `in_place`."""

@@ -12,6 +12,8 @@ scratch array when it has the right shape, else in the output array while it is 
 `add(mul(@0,@1),@2)` therefore makes no temporary at all: mul writes the output, add updates it in place.
 
 Operands broadcast the numpy (and PyTorch) way; a number in the text is a scalar that mixes with anything.
+The numpy backend runs the same program block by block over kuiper's threads where no operand broadcasts
+(kuiper/cpu/expression.py).
 
 On OpenCL the tree is written as one OpenCL C expression instead, compiled into cl/expression.cl:
 
@@ -29,10 +31,9 @@ import numpy as np
 
 from kuiper.layers.attribute import copy_constant
 from kuiper.layers.base import Layer
-from kuiper.layers.elementwise import BLOCK, PART_BLOCKS, erf
+from kuiper.layers.elementwise import erf
 from kuiper.layers.expression_parser import Apply, ExpressionSyntaxError, Literal, Operand, parse, to_rpn
 from kuiper.layers.registry import register
-from kuiper.cpu import threads
 from kuiper.opencl import round_up
 from kuiper.pnnx.dtypes import numpy_dtype
 
@@ -100,7 +101,6 @@ class Expression(Layer):
             isinstance(item, Literal) and isinstance(item.value, float) for item in rpn
         )
         self.bitwise = sorted(names & BITWISE)
-        self.activation = None  # an activation the graph fused into this layer (Layer.fuse)
 
     def _compile(self, item, text):
         if isinstance(item, Operand):
@@ -138,23 +138,11 @@ class Expression(Layer):
         return [dtype]
 
     def forward_numpy(self, inputs, outputs):
-        out = outputs[0]
-        used = [inputs[i] for i in self.operands]
-        if (used and out.size > BLOCK and out.flags.c_contiguous
-                and all(x.shape == out.shape and x.flags.c_contiguous for x in used)):
-            # no broadcasting (a residual add): kuiper's threads take a share of the elements each
-            flat = [x.reshape(-1) if x.shape == out.shape else x for x in inputs]
-            flat_out = out.reshape(-1)
-
-            def part(first, stop, _):
-                span = slice(first * BLOCK, min(stop * BLOCK, out.size))
-                self.evaluate([x[span] if x.shape == flat_out.shape else x for x in flat], flat_out[span])
-            threads.parallel(part, -(-out.size // BLOCK), grain=PART_BLOCKS)
-        else:
-            self.evaluate(inputs, out)
+        self.evaluate(inputs, outputs[0])
 
     def evaluate(self, inputs, out):
-        """Run the program on these inputs into `out`, then the fused activation, if any."""
+        """Run the program on these inputs into `out`. `inputs` is indexed by input number (`@k`), so it may
+        be a list of every input or a dict of the ones the expression reads."""
         stack = []  # (value, scratch): scratch values are arrays of ours, free to overwrite once consumed
         last = len(self.program) - 1
         for step, (kind, arg) in enumerate(self.program):
@@ -172,19 +160,11 @@ class Expression(Layer):
         value, _ = stack.pop()
         if value is not out:  # the whole expression is one input or one constant
             np.copyto(out, value)
-        if self.activation is not None:
-            self.activation.apply(out, out)
-
-    def fuse(self, activation):
-        # a residual add and the ReLU after it, in one pass of the graph; numpy only, as the graph offers it
-        if self.activation is not None:
-            return False
-        self.activation = activation
-        return True
 
     @property
     def adds_two_inputs(self) -> bool:
-        """expr=add(@0,@1) (or add(@1,@0)): see Layer.adds_two_inputs."""
+        """expr=add(@0,@1) (or add(@1,@0)): a sum the fusion pass (runtime/fusion.py) may hand to the
+        producer of one input as an epilogue step."""
         kinds = [kind for kind, _ in self.program]
         return kinds == ["input", "input", "apply"] and {self.program[0][1], self.program[1][1]} == {0, 1} \
             and self.program[2][1] == (np.add, 2)

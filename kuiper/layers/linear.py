@@ -1,6 +1,7 @@
 """Linear: y = x @ W^T + b over the last axis, for inputs of any rank (leading axes are batch axes).
 
-On OpenCL it is one GEMM (kuiper/opencl/gemm.py) with the bias added per column in the kernel.
+On OpenCL it is one GEMM (kuiper/opencl/gemm.py) with the bias added per column in the kernel. This numpy
+forward is the reference; the numpy backend shares its GEMM over kuiper's threads (kuiper/cpu/linear.py).
 """
 
 import math
@@ -10,7 +11,6 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, Gemm, Matrix
 from kuiper.layers.registry import register
-from kuiper.cpu import threads
 
 
 @register("nn.Linear")
@@ -38,7 +38,10 @@ class Linear(Layer):
     def forward_numpy(self, inputs, outputs):
         # every leading axis folds into the GEMM's rows: (..., in) -> (M, in), a view of the contiguous arrays
         out = outputs[0].reshape(-1, self.out_features)
-        threads.matmul(inputs[0].reshape(-1, self.in_features), self.weight_t, out)
+        np.matmul(inputs[0].reshape(-1, self.in_features), self.weight_t, out=out)
+        self.add_bias(out)
+
+    def add_bias(self, out: np.ndarray) -> None:
         if self.bias is not None:
             out += self.bias
 

@@ -8,7 +8,8 @@ W, then those results' windows along H (kernel_h + kernel_w operations instead o
 Padding is never built: a tap only updates the outputs whose tap falls inside the input, which is how
 PyTorch ignores padded positions (max pooling) or counts them only in the divisor (average pooling).
 
-The channel planes are independent, so kuiper's threads (cpu/threads.py) take a share of them each.
+The channel planes are independent: the numpy backend's fast version (kuiper/cpu/pooling.py) shares them
+out over kuiper's threads.
 
 On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules.
 """
@@ -21,11 +22,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.cpu import threads
 from kuiper.opencl import round_up
-
-#: each of kuiper's threads pools planes holding at least this many input elements (see cpu/threads.py)
-PART_ELEMENTS = 1 << 18
 
 
 def pooled_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
@@ -109,16 +106,10 @@ class Pool2d(Layer):
         return [shape[:-2] + out_hw]
 
     def forward_numpy(self, inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        if not out.flags.c_contiguous:  # its planes would not be views
-            self.pool_planes(x, out)
-            return
-        x_planes, out_planes = x.reshape(-1, *x.shape[-2:]), out.reshape(-1, *out.shape[-2:])
-        threads.parallel(lambda first, stop, _: self.pool_planes(x_planes[first:stop], out_planes[first:stop]),
-                         len(out_planes), grain=-(-PART_ELEMENTS // x_planes[0].size))
+        self.pool_planes(inputs[0], outputs[0])
 
     def pool_planes(self, x, out):
-        """Pool a stack of (H, W) planes: along W into a temporary, then along H into out."""
+        """Pool a stack of (H, W) planes (any leading dims): along W into a temporary, then along H into out."""
         rows = np.empty(x.shape[:-1] + out.shape[-1:], dtype=x.dtype)  # every input row pooled along W
         self.pool_axis(rows, x, -1)
         self.pool_axis(out, rows, -2)
@@ -177,9 +168,8 @@ class AvgPool2d(Pool2d):
         if self.divisor_override is not None and self.int_param("divisor_override") == 0:
             raise self.error("divisor_override must not be 0")
 
-    def forward_numpy(self, inputs, outputs):
-        super().forward_numpy(inputs, outputs)  # window sums
-        x, out = inputs[0], outputs[0]
+    def pool_planes(self, x, out):
+        super().pool_planes(x, out)  # window sums
         if self.divisor_override is not None:
             out /= self.divisor_override
         else:

@@ -70,7 +70,7 @@ class RuntimeAttribute:
 class RuntimeOperand:
     """A value between operators: its recorded shape/dtype, producer, consumers, and current tensor."""
 
-    __slots__ = ("name", "shape", "dtype", "producer", "consumers", "tensor")
+    __slots__ = ("name", "shape", "dtype", "producer", "consumers", "tensor", "overwrites")
 
     def __init__(self, name: str, shape=None, dtype: str | None = None):
         self.name = name
@@ -79,6 +79,8 @@ class RuntimeOperand:
         self.producer = None  # RuntimeOperator
         self.consumers = []   # RuntimeOperators, one entry per use
         self.tensor = None    # what forward handed over (by reference)
+        # the operand whose buffer this one takes over: its producer works in place (set by runtime/fusion.py)
+        self.overwrites = None
 
     def __repr__(self):
         return f"RuntimeOperand({self.name}, {self.shape})"
@@ -99,10 +101,15 @@ class RuntimeOperator:
         self.successors = []              # RuntimeOperator, unique, in order of first use
         self.layer = None
         self.meet_num = 0
+        self.absorbed = []                # a fused operator: the file's operators it does (runtime/fusion.py)
 
     @property
     def output_operand(self) -> RuntimeOperand:
         return self.output_operands[0]
+
+    def slots_fed_by(self, producer: "RuntimeOperator") -> int:
+        """How many of this operator's input slots `producer` fills: what meet_num counts up to."""
+        return sum(operand.producer is producer for operand in self.input_operands)
 
     def __repr__(self):
         return f"RuntimeOperator({self.type} {self.name})"

@@ -18,6 +18,7 @@ The assignment is plain data (slots and sizes), so the numpy backend and the Ope
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 
 
@@ -76,3 +77,95 @@ def _take(free: list, slot_sizes: list, size: int) -> int:
         return slot
     slot_sizes.append(size)
     return len(slot_sizes) - 1
+
+
+# ---- plans: what a graph keeps per input signature -------------------------------------------------
+class ExecutionPlan:
+    """Everything forward needs for one set of input shapes: every operand's shape and dtype, the buffers
+    laid out by liveness, the kernel variants chosen, and the waits a buffer's reuse needs. The backend gives
+    the plan its buffers (`place`): numpy arrays or OpenCL buffers from the pool, one per slot.
+
+    `aliases` ({operand name: operand name}) are the outputs of operators that work in place: they get no
+    buffer of their own but the tensor of the operand they overwrite."""
+
+    def __init__(self, shapes: dict, dtypes: dict, lifetimes: list, aliases: dict):
+        self.shapes = shapes
+        self.dtypes = dtypes
+        self.lifetimes = lifetimes
+        self.assignment = assign_buffers(lifetimes)
+        self.aliases = aliases
+        self.slots = []
+        self.tensors = {}      # operand name -> the tensor forward writes it into
+        self.variants = {}     # operator name -> the variant chosen for these shapes
+        self.reuse_waits = {}  # operator name -> operators it must wait for (see reuse_waits)
+
+    def place(self, slots: list, view) -> None:
+        """Give every pooled operand its tensor, `view(slot, shape, dtype)`, and every alias its source's."""
+        self.slots = slots
+        for life in self.lifetimes:
+            name = life.key
+            self.tensors[name] = view(slots[self.assignment.slot_of[name]], self.shapes[name], self.dtypes[name])
+        for name, source in self.aliases.items():  # in order, so a chain's source is placed first
+            self.tensors[name] = self.tensors[source]
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self.assignment.total_bytes
+
+    def unpooled_bytes(self) -> int:
+        """What the same operands would take with one buffer each (the baseline: no planning, nothing in place)."""
+        return sum(t.nbytes for t in self.tensors.values())
+
+
+def lifetimes(order: list, shapes: dict, dtypes: dict, graph_outputs: set, device: bool) -> list:
+    """Each pooled operand's size and the steps it lives between (its producer, its last reader), over the
+    operators in execution order.
+
+    On the host (device=False) the graph inputs are the caller's arrays and the outputs are fresh arrays per
+    forward, so neither is pooled; on a device both get buffers, the outputs alive until the end. An operand
+    that overwrites another has no buffer of its own: the one it overwrites lives until its last reader."""
+    step = {op.name: i for i, op in enumerate(order)}
+    last = {}  # operand -> the last step reading its buffer, under any of its names
+    for op in reversed(order):
+        for operand in op.output_operands:
+            readers = [step[c.name] for c in operand.consumers] + [last.get(operand.name, step[op.name])]
+            source = operand.overwrites.name if operand.overwrites is not None else operand.name
+            last[source] = max(max(readers), last.get(source, 0))
+    result = []
+    for op in order:
+        if op.layer is None and not (device and not op.input_operands):  # structural; a device uploads inputs
+            continue
+        for operand in op.output_operands:
+            if operand.overwrites is not None or (operand.name in graph_outputs and not device):
+                continue
+            end = len(order) if operand.name in graph_outputs else last[operand.name]
+            nbytes = math.prod(shapes[operand.name]) * dtypes[operand.name].itemsize
+            result.append(Lifetime(operand.name, nbytes, step[op.name], end))
+    return result
+
+
+def reuse_waits(lives: list, assignment: BufferAssignment, operands: dict) -> dict:
+    """{operator name: operators it must wait for because it writes a reused buffer}.
+
+    An in-order queue runs kernels one after another, so reusing a buffer is safe. On an out-of-order queue
+    (schedule="levels") a kernel waits only for the events it is given: one that writes into a buffer must
+    also wait for everyone still reading the buffer's previous tenant, under any of its names (or, with no
+    readers, for the previous tenant's writer)."""
+    names = {}  # buffer owner -> the operands living in its buffer
+    for operand in operands.values():
+        owner = operand
+        while owner.overwrites is not None:
+            owner = owner.overwrites
+        names.setdefault(owner.name, []).append(operand)
+    previous = {}  # slot -> operand name last placed there
+    waits = {}
+    for life in sorted(lives, key=lambda l: l.first):
+        slot = assignment.slot_of[life.key]
+        before = previous.get(slot)
+        previous[slot] = life.key
+        if before is None:
+            continue
+        readers = [c for operand in names[before] for c in operand.consumers]
+        writer = operands[life.key].producer
+        waits.setdefault(writer.name, []).extend(readers or [operands[before].producer])
+    return waits

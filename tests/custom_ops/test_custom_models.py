@@ -89,7 +89,7 @@ def test_an_override_stays_in_its_graph():
     plain = kuiper.load(param, bin_)
     for graph, layer_type in ((overridden, CustomLayer), (plain, Hardtanh)):
         (op,) = [op for op in graph.operators if op.type == "nn.Hardtanh"]
-        assert type(op.layer) is layer_type
+        assert isinstance(op.layer, layer_type)  # the numpy backend may run a fast subclass (kuiper/cpu/)
     hardtanh = overridden.forward(*inputs)[2]
     assert_matches_torch([hardtanh], references[2:3])
     np.testing.assert_array_equal(hardtanh, plain.forward(*inputs)[2])  # both clip the same floats exactly

@@ -1,11 +1,11 @@
-"""nn.Conv2d against a direct, loop-per-output-pixel convolution in float64."""
+"""The reference nn.Conv2d (kuiper/layers/conv2d.py) against a direct, loop-per-output-pixel convolution in
+float64. The fast CPU variants are held to this reference in tests/cpu/test_conv2d_fast.py."""
 
 import numpy as np
 import pytest
 
 import kuiper.layers.conv2d  # noqa: F401  (registers nn.Conv2d)
 from kuiper.errors import LayerError, ShapeError
-from kuiper.layers.conv2d import F2, F4, Conv2d
 from kuiper.runtime.operators import make_layer
 
 
@@ -110,105 +110,6 @@ def test_matches_reference(case):
     assert_matches(layer.run_numpy(x)[0], expected)
 
 
-@pytest.mark.parametrize("name", ["stride2 odd batch3 nobias", "same even kernel", "groups3 stride2",
-                                  "kernel>stride asymmetric"])
-def test_banded_im2col(monkeypatch, name):
-    """A tiny column budget splits images into bands of 1 to 5 output rows, the last band often shorter."""
-    monkeypatch.setattr(kuiper.layers.conv2d, "COLUMN_BYTES", 2500)
-    test_matches_reference(CASES[name])
-
-
-WINOGRAD_CASES = {
-    "odd sizes batch3": dict(in_channels=5, out_channels=7, kernel_size=3, padding=1, input_shape=(3, 5, 9, 11)),
-    "whole tiles nobias": dict(in_channels=7, out_channels=5, kernel_size=3, padding=1, bias=False,
-                               input_shape=(1, 7, 8, 12)),
-    "valid": dict(in_channels=7, out_channels=5, kernel_size=3, padding="valid", input_shape=(3, 7, 13, 10)),
-    "asymmetric padding": dict(in_channels=5, out_channels=7, kernel_size=(3, 3), padding=(2, 0),
-                               input_shape=(1, 5, 9, 11)),
-    "same": dict(in_channels=5, out_channels=5, kernel_size=3, padding="same", input_shape=(3, 5, 6, 7)),
-    "one pixel": dict(in_channels=4, out_channels=6, kernel_size=3, padding=1, input_shape=(3, 4, 1, 1)),
-}
-
-
-@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
-@pytest.mark.parametrize("name", WINOGRAD_CASES)
-def test_winograd_matches_reference(monkeypatch, variant, name):
-    """Every 3x3 stride-1 geometry, on images too small to pick Winograd by themselves."""
-    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
-    test_matches_reference(WINOGRAD_CASES[name])
-
-
-@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
-def test_winograd_bands(monkeypatch, variant):
-    """A small budget splits the tiles into bands of 2 tile rows, the last one shorter (3 or 5 tile rows)."""
-    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
-    monkeypatch.setattr(kuiper.layers.conv2d, "WINOGRAD_BYTES", 6100)
-    test_matches_reference(WINOGRAD_CASES["odd sizes batch3"])
-
-
-@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
-@pytest.mark.parametrize("channels, size", [(64, 28), (256, 14)])
-def test_winograd_accuracy_at_resnet_widths(monkeypatch, variant, channels, size):
-    """Hundreds of channels summed in the transformed domain: the float32 error stays well inside the tolerance."""
-    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
-    rng = np.random.default_rng(5)
-    layer, weight, bias = make_conv(rng, channels, channels, 3, padding=1, input_shape=(1, channels, size, size))
-    x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
-    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    expected = bias.reshape(-1, 1, 1).astype(np.float64)
-    for i in range(3):  # the definition one tap at a time over whole images: the loop reference is too slow here
-        for j in range(3):
-            expected = expected + np.einsum("oc,nchw->nohw", weight[:, :, i, j].astype(np.float64),
-                                            padded[:, :, i:i + size, j:j + size])
-    assert_matches(layer.run_numpy(x)[0], expected)
-
-
-@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
-def test_winograd_buffer_reuse(monkeypatch, variant):
-    """8x8 then 7x7 need the same number of tiles: the padding the 7x7 image reads must still be zeros."""
-    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
-    rng = np.random.default_rng(8)
-    layer, weight, bias = make_conv(rng, 5, 6, 3, padding=1, input_shape=(1, 5, 8, 8))
-    for shape in [(1, 5, 8, 8), (1, 5, 7, 7), (3, 5, 8, 7), (1, 5, 8, 8), (1, 5, 7, 7)]:
-        x = rng.standard_normal(shape).astype(np.float32)
-        expected = conv2d_reference(x, weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
-        assert_matches(layer.run_numpy(x)[0], expected)
-
-
-def test_winograd_unbatched_input(monkeypatch):
-    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: F4)
-    rng = np.random.default_rng(10)
-    layer, weight, bias = make_conv(rng, 5, 7, 3, padding=1, input_shape=(5, 9, 11))
-    x = rng.standard_normal((5, 9, 11)).astype(np.float32)
-    expected = conv2d_reference(x[None], weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)[0]
-    assert_matches(layer.run_numpy(x)[0], expected)
-
-
-def test_winograd_variants_share_a_layer():
-    """One layer meeting image sizes that pick F(4x4), F(2x2) and im2col, back and forth."""
-    rng = np.random.default_rng(9)
-    layer, weight, bias = make_conv(rng, 3, 4, 3, padding=1, input_shape=(1, 3, 24, 24))
-    for size in (24, 14, 7, 22, 24, 12):
-        x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
-        expected = conv2d_reference(x, weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
-        assert_matches(layer.run_numpy(x)[0], expected)
-
-
-def test_winograd_variant_by_output_size():
-    """F(4x4) where the output has enough 4x4 tiles, F(2x2) where it has enough 2x2 ones, else im2col."""
-    layer, _, _ = make_conv(np.random.default_rng(6), 8, 8, 3, padding=1, input_shape=(1, 8, 56, 56))
-    assert layer.winograd_ok
-    assert [layer._winograd_variant(s, s) for s in (56, 28, 23, 14, 11, 7)] == [F4, F4, F4, F2, F2, None]
-
-
-@pytest.mark.parametrize("change", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=(3, 1))])
-def test_winograd_only_for_3x3_stride1_undilated_ungrouped(change):
-    params = dict(in_channels=4, out_channels=4, kernel_size=3, padding=1)
-    params.update(change)
-    layer, _, _ = make_conv(np.random.default_rng(7), **params, input_shape=(1, 4, 56, 56))
-    assert not layer.winograd_ok
-
-
 def test_unbatched_input():
     rng = np.random.default_rng(1)
     layer, weight, bias = make_conv(rng, 5, 7, 3, stride=2, padding=1, input_shape=(5, 9, 11))
@@ -219,8 +120,8 @@ def test_unbatched_input():
 
 
 @pytest.mark.parametrize("groups", [1, 5])
-def test_other_shapes_than_recorded_and_buffer_reuse(groups):
-    """Shapes come from the input, not the .param; cached padding buffers follow shape changes."""
+def test_other_shapes_than_recorded(groups):
+    """Shapes come from the input, not the .param."""
     rng = np.random.default_rng(2)
     layer, weight, bias = make_conv(rng, 5, 5, 3, padding=1, groups=groups, input_shape=(1, 5, 7, 5))
     assert layer.output_shapes([(4, 5, 20, 30)]) == [(4, 5, 20, 30)]
@@ -280,87 +181,3 @@ def test_bad_weights(attrs, message):
     params = dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=3, bias=True)
     with pytest.raises(LayerError, match=message):
         make_layer("nn.Conv2d", params=params, attrs=attrs, input_shapes=[(1, 6, 7, 5)])
-
-
-@pytest.fixture(params=[2, 3], ids=["2 threads", "3 threads"])
-def threads_forced(request, monkeypatch):
-    """kuiper's threads (cpu/threads.py) with every split worth making, whatever the size of the work."""
-    from kuiper.cpu import threads
-
-    monkeypatch.setattr(threads, "_count", request.param)
-    monkeypatch.setattr(threads, "MIN_MACS", 1)
-    return threads
-
-
-@pytest.mark.parametrize("split", ["bands", "channels"])
-@pytest.mark.parametrize("name", ["stride2 odd batch3 nobias", "groups3 stride2", "7x7 stride2 pad3",
-                                  "depthwise multiplier same", "kernel<stride"])
-def test_im2col_split_over_threads(threads_forced, monkeypatch, split, name):
-    """Bands of output rows per thread, or (bands too thin) each band's input channels split, partial products
-    summed; grouped convolutions of small images stay on one thread."""
-    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", 1 if split == "bands" else 10 ** 9)
-    test_matches_reference(CASES[name])
-
-
-@pytest.mark.parametrize("split", ["bands", "channels"])
-@pytest.mark.parametrize("variant", [F4, F2], ids=["F4x4", "F2x2"])
-@pytest.mark.parametrize("name", ["odd sizes batch3", "valid", "asymmetric padding"])
-def test_winograd_split_over_threads(threads_forced, monkeypatch, split, variant, name):
-    """Bands of tile rows per thread, or each band's input transformed once and its output channels split."""
-    monkeypatch.setattr(kuiper.layers.conv2d, "WINOGRAD_BAND_TILES", 1 if split == "bands" else 10 ** 9)
-    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
-    test_matches_reference(WINOGRAD_CASES[name])
-
-
-def test_fused_activation_is_applied_to_every_band(threads_forced, monkeypatch):
-    """A ReLU the graph fused into the convolution (Layer.fuse), on the banded, threaded path."""
-    from kuiper.runtime.operators import make_layer
-
-    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", 1)
-    monkeypatch.setattr(kuiper.layers.conv2d, "COLUMN_BYTES", 2500)
-    case = CASES["kernel>stride asymmetric"]
-    rng = np.random.default_rng(3)
-    layer, weight, bias = make_conv(rng, **case)
-    relu = make_layer("nn.ReLU", input_shapes=[None])
-    assert relu.in_place and layer.fuse(relu)
-    x = rng.standard_normal(case["input_shape"]).astype(np.float32)
-    expected = conv2d_reference(x, weight, bias, (2, 1), ((2, 2), (0, 0)), (1, 1), 1)
-    assert_matches(layer.run_numpy(x)[0], np.maximum(expected, 0))
-
-
-@pytest.mark.parametrize("split", ["bands", "channels"])
-@pytest.mark.parametrize("variant", [None, F4, F2], ids=["im2col", "F4x4", "F2x2"])
-@pytest.mark.parametrize("name", ["odd sizes batch3", "whole tiles nobias"])
-def test_fused_residual_then_activation_on_every_path(threads_forced, monkeypatch, split, variant, name):
-    """A sum the graph fused into the convolution (Layer.fuse_add: inputs[1] is added), then a fused ReLU:
-    relu(conv(x) + r), band by band, on whole and overhanging Winograd tiles, bands or channels split."""
-    from kuiper.runtime.operators import make_layer
-
-    least = 1 if split == "bands" else 10 ** 9
-    monkeypatch.setattr(threads_forced, "MIN_COLUMNS", least)
-    monkeypatch.setattr(kuiper.layers.conv2d, "WINOGRAD_BAND_TILES", least)
-    monkeypatch.setattr(Conv2d, "_winograd_variant", lambda self, ho, wo: variant)
-    case = WINOGRAD_CASES[name]
-    rng = np.random.default_rng(4)
-    layer, weight, bias = make_conv(rng, **case)
-    assert layer.fuse_add() and layer.fuse(make_layer("nn.ReLU", input_shapes=[None]))
-    assert not layer.fuse_add()  # one sum, and not after an activation
-    x = rng.standard_normal(case["input_shape"]).astype(np.float32)
-    expected = conv2d_reference(x, weight, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
-    residual = rng.standard_normal(expected.shape).astype(np.float32)
-    out = np.empty(expected.shape, np.float32)
-    layer.forward_numpy([x, residual], [out])
-    assert_matches(out, np.maximum(expected + residual, 0))
-
-
-def test_fused_residual_on_a_pointwise_convolution():
-    case = CASES["pointwise grouped"]
-    rng = np.random.default_rng(6)
-    layer, weight, bias = make_conv(rng, **case)
-    assert layer.fuse_add()
-    x = rng.standard_normal(case["input_shape"]).astype(np.float32)
-    expected = conv2d_reference(x, weight, bias, (1, 1), ((0, 0), (0, 0)), (1, 1), 3)
-    residual = rng.standard_normal(expected.shape).astype(np.float32)
-    out = np.empty(expected.shape, np.float32)
-    layer.forward_numpy([x, residual], [out])
-    assert_matches(out, expected + residual)

@@ -275,23 +275,6 @@ def test_bitwise_functions_refuse_float_inputs():
         layer.output_dtypes([np.dtype(np.float32)])
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_large_same_shape_inputs_split_over_threads(monkeypatch, fused):
-    """A residual add big enough for kuiper's threads: each takes blocks of elements, intermediates and all."""
-    from kuiper.cpu import threads
-
-    monkeypatch.setattr(threads, "_count", 3)
-    rng = np.random.default_rng(5)
-    a, b = (rng.standard_normal((1, 64, 112, 113), dtype=np.float32) for _ in range(2))
-    layer = expression("add(mul(@0,2),neg(@1))", a.shape, b.shape)
-    expected = 2 * a - b
-    if fused:
-        layer.fuse(make_layer("nn.ReLU", input_shapes=[None]))
-        expected = np.maximum(expected, 0)
-    (out,) = layer.run_numpy(a, b)
-    np.testing.assert_allclose(out, expected, rtol=1e-6)
-
-
 @pytest.mark.parametrize("expr, sums", [("add(@0,@1)", True), ("add(@1,@0)", True), ("add(@0,@0)", False),
                                         ("sub(@0,@1)", False), ("add(@0,mul(@1,2))", False), ("add(@0,2)", False)])
 def test_which_expressions_are_a_plain_sum_of_both_inputs(expr, sums):

@@ -45,7 +45,7 @@ def test_states_and_forward_before_build(branchy):
 
 
 def test_branchy_graph_forward_and_meet_num(branchy):
-    g = kuiper.load(branchy)
+    g = kuiper.load(branchy, backend="reference")  # the file's operators, unfused
     x = np.random.default_rng(0).standard_normal((1, 2, 3, 3), dtype=np.float32)
     (out,) = g.forward(x)
     np.testing.assert_allclose(out, reference(x))
@@ -66,7 +66,7 @@ def test_tensors_are_handed_over_by_reference(branchy):
 
 
 def test_trace_shows_order_and_meet_num(branchy, capsys):
-    g = kuiper.load(branchy)
+    g = kuiper.load(branchy, backend="reference")
     g.forward(np.ones((1, 2, 3, 3), np.float32), trace=True)
     printed = capsys.readouterr().out
     assert printed.splitlines() == g.last_trace
@@ -170,60 +170,86 @@ def in_place_reference(x):
     return np.maximum(np.concatenate([c, e, np.maximum(x, 0)], axis=1), 0)
 
 
+def fused_ops(graph) -> dict:
+    """{fused operator: [the file's operators it does]} (runtime/fusion.py)."""
+    return {op.name: [a.name for a in op.absorbed] for op in graph.order if op.absorbed}
+
+
+def aliases(graph) -> dict:
+    """{operand: the operand whose buffer it overwrites}."""
+    return {o.name: o.overwrites.name for op in graph.order for o in op.output_operands if o.overwrites is not None}
+
+
 def test_activations_overwrite_inputs_nothing_else_reads_and_fuse_into_producers(tmp_path):
     path = tmp_path / "in_place.pnnx.param"
     path.write_text(IN_PLACE)
     g = kuiper.load(path)
-    # r0 reads the caller's array, c is also read by cat, g is returned to the caller: those keep their own
-    assert g.in_place == {"b": "a", "e": "d"}
-    assert g.fused == {"r1": "e1"}  # e1 applies r1's ReLU itself; h's producer r2 (a ReLU) cannot take the clamp
+    # r0 reads the caller's array, c is also read by cat, g is returned to the caller: those keep their own.
+    # e1's fast layer applies r1's ReLU itself; h's producer r2 (a ReLU) cannot take the clamp: h works in place
+    assert fused_ops(g) == {"e1": ["e1", "r1"]} and aliases(g) == {"e": "d"}
+    assert [op.name for op in g.unfused_order if op.name in ("e1", "r1")] == ["e1", "r1"]  # the file's graph
     rng = np.random.default_rng(1)
-    for _ in range(3):  # buffers and fused state stay right from one forward to the next
+    for _ in range(3):  # buffers stay right from one forward to the next
         x = rng.standard_normal((1, 2, 3, 3), dtype=np.float32)
         keep = x.copy()
         (out,) = g.forward(x)
         np.testing.assert_allclose(out, in_place_reference(keep), rtol=1e-6)
         np.testing.assert_array_equal(x, keep)  # the caller's input is never overwritten
     plan = next(iter(g.plans.values()))
-    assert plan.tensors["b"] is plan.tensors["a"] and plan.tensors["e"] is plan.tensors["d"]
-    assert "b" not in plan.assignment.slot_of  # no buffer of its own
+    assert plan.tensors["e"] is plan.tensors["d"] and "e" not in plan.assignment.slot_of  # no buffer of its own
     g.forward(np.ones((1, 2, 3, 3), np.float32), trace=True)
-    assert "run   r1                           nn.ReLU (fused into e1)" in g.last_trace
+    assert "run   e1                           pnnx.Expression+nn.ReLU" in g.last_trace
 
 
-def test_opencl_graphs_keep_every_operator_to_itself(tmp_path, cl_runtime):
+def test_the_reference_backend_runs_the_file_as_it_is(tmp_path):
     path = tmp_path / "in_place.pnnx.param"
     path.write_text(IN_PLACE)
-    g = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
-    assert g.in_place == {} and g.fused == {}
-    x = np.random.default_rng(2).standard_normal((1, 2, 3, 3), dtype=np.float32)
+    g = kuiper.load(path, backend="reference")
+    assert fused_ops(g) == {} and aliases(g) == {} and len(g.order) == 10
+    assert all(type(op.layer).__module__.startswith("kuiper.layers.") for op in g.order if op.layer is not None)
+    x = np.random.default_rng(3).standard_normal((1, 2, 3, 3), dtype=np.float32)
     np.testing.assert_allclose(g.forward(x)[0], in_place_reference(x), rtol=1e-6)
 
 
-def test_resnet_fuses_every_relu_on_numpy():
+def test_opencl_graphs_work_in_place_without_fusing(tmp_path, cl_runtime):
+    # the OpenCL layers apply no epilogue themselves yet, so nothing fuses; activations still overwrite inputs
+    path = tmp_path / "in_place.pnnx.param"
+    path.write_text(IN_PLACE)
+    for schedule in ("inorder", "levels"):
+        g = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device), schedule=schedule)
+        assert fused_ops(g) == {} and aliases(g) == {"b": "a", "e": "d"}
+        x = np.random.default_rng(2).standard_normal((1, 2, 3, 3), dtype=np.float32)
+        np.testing.assert_allclose(g.forward(x)[0], in_place_reference(x), rtol=1e-6)
+
+
+def test_resnet_fuses_every_relu_and_residual_add_into_convolutions_on_numpy():
     resnet = kuiper.load("models/resnet18/resnet18.pnnx.param")
-    relus = {op.name for op in resnet.operators if op.type == "nn.ReLU"}
-    adds = {op.name for op in resnet.operators if op.type == "pnnx.Expression"}
-    assert len(relus) == 17 and len(adds) == 8 and set(resnet.fused) == relus | adds
-    types = {op.name: op.type for op in resnet.operators}
-    assert {types[doer] for doer in resnet.fused.values()} == {"nn.Conv2d"}  # every one into a convolution
-    # each residual add goes into the convolution producing one of its inputs, which gets the other as an extra
-    for op in resnet.operators:
-        if op.name in adds:
-            conv = resnet.fused[op.name]
-            (own,) = [o for o in op.input_operands if o.producer.name == conv]
-            assert resnet.extra_inputs[conv] == [o for o in op.input_operands if o is not own]
+    types = {op.name: op.type for op in resnet.unfused_order}
+    relus = {name for name, t in types.items() if t == "nn.ReLU"}
+    adds = {name for name, t in types.items() if t == "pnnx.Expression"}
+    fused = fused_ops(resnet)
+    done = [name for parts in fused.values() for name in parts[1:]]
+    assert len(relus) == 17 and len(adds) == 8 and sorted(done) == sorted(relus | adds)
+    assert {types[main] for main in fused} == {"nn.Conv2d"}  # every one into a convolution
+    # a residual add's other tensor is an ordinary input of the fused convolution, after the convolution's own
+    for op in resnet.order:
+        if {a.name for a in op.absorbed} & adds:
+            step = next(s for s in op.layer.steps if s.extra is not None)
+            assert step.extra == 1 and len(op.input_operands) == 2
+    assert len(resnet.order) == len(resnet.unfused_order) - 25
 
 
 def test_winograd_weights_are_made_when_planning_not_in_forward():
     resnet = kuiper.load("models/resnet18/resnet18.pnnx.param")  # build plans the recorded 1x3x224x224
+    convs = {op.name: op.layer.main if op.absorbed else op.layer for op in resnet.order
+             if op.type.startswith("nn.Conv2d")}
 
-    def made():
-        return {op.name: sorted(op.layer.w_winograd) for op in resnet.operators if op.type == "nn.Conv2d"}
-    assert made()["convbn2d_1"] == [4] and made()["convbn2d_7"] == [4] and made()["convbn2d_12"] == [2]
-    assert made()["convbn2d_17"] == []  # 7x7: im2col
+    def built(name):
+        return sorted(v.name for v in convs[name].variants.by_name.values() if v.built)
+    assert built("convbn2d_1") == ["winograd_f4"] and built("convbn2d_12") == ["winograd_f2"]
+    assert "winograd" not in " ".join(built("convbn2d_17"))  # 7x7: im2col
     resnet.plan_for((1, 3, 112, 112))  # layer2 now sees 14x14 images: F(2x2) too, before any forward
-    assert made()["convbn2d_7"] == [2, 4]
+    assert built("convbn2d_7") == ["winograd_f2", "winograd_f4"]
 
 
 def write_model(tmp_path, name, text, weights):
@@ -259,16 +285,17 @@ pnnx.Output              out     1 0 y
 """
 
 
-def test_sums_fuse_into_the_producer_that_runs_after_the_other_input(tmp_path):
+def test_sums_fuse_into_the_producer_of_an_input_only_they_read(tmp_path):
     rng = np.random.default_rng(7)
     weights = {f"{c}.{k}": rng.standard_normal((2, 2, 1, 1) if k == "weight" else 2)
                for c in ("c1", "c3", "c4", "c5") for k in ("weight", "bias")}
     path = write_model(tmp_path, "sums", SUMS, weights)
     g = kuiper.load(path)
-    assert g.fused == {"add1": "c1", "r1": "c1", "add3": "c4"}
-    assert [o.name for o in g.extra_inputs["c1"]] == ["x"] and [o.name for o in g.extra_inputs["c4"]] == ["c"]
-    # e has two readers, so add4 writes over u instead, and runs itself: u's producer add3 is fused away
-    assert g.in_place == {"s": "a", "t": "s", "u": "d", "v": "u"} and "add4" not in g.fused
+    # c1 takes the sum with the graph input x, then the ReLU; c3 takes add3 (d, c4's output, becomes its input)
+    # and then add4, whose other input e has two readers (add4 and cat) and so stays where it is
+    assert fused_ops(g) == {"c1": ["c1", "add1", "r1"], "c3": ["c3", "add3", "add4"]} and aliases(g) == {}
+    c3 = next(op for op in g.order if op.name == "c3")
+    assert [o.name for o in c3.input_operands] == ["t", "d", "e"] and c3.output_operand.name == "v"
 
     def conv(name, v):
         w, b = weights[f"{name}.weight"].reshape(2, 2), weights[f"{name}.bias"]

@@ -1,0 +1,255 @@
+"""The numpy backend's Conv2d: the reference's im2col and GEMM (kuiper/layers/conv2d.py), fast, in four variants.
+
+    pointwise     1x1 kernels at stride 1 without padding: the input already is the column matrix, no copy
+    im2col        any convolution: the column matrix over bands of output rows, in buffers kept between forwards
+    winograd_f4   3x3 kernels at stride 1, ungrouped and undilated: Winograd's F(4x4, 3x3) (kuiper/cpu/winograd.py)
+    winograd_f2   the same with F(2x2, 3x3)
+
+Grouped convolutions are a stack of GEMMs, one per group, in one numpy call. That includes depthwise
+convolution (one input channel per group): measured here, those small GEMMs beat summing the kh*kw shifted
+taps with elementwise numpy by 2-3x, so depthwise needs no variant of its own.
+
+Winograd does (a/m)^2 / 9 of im2col's multiplies, but with numpy its transforms cost about as much as its
+GEMMs: ResNet-18's 3x3 layers run 1.15-1.35x faster with F(4x4) and 1.05-1.15x with F(2x2), not 4x and 2.25x.
+Images with too few tiles to pay for reading the larger transformed weights stay on im2col (see
+WINOGRAD_MIN_TILES). The rule (`Conv2d._rule`) picks a variant per input shape; the graph fixes the choice
+when it plans a shape (kuiper/variants.py), which makes Winograd's transformed weights then, not in a forward.
+
+kuiper's threads (kuiper/cpu/threads.py) share each convolution: bands of output rows when the image is big
+enough for every thread to get a band worth a GEMM, else its channels (Winograd's output channels, im2col's
+input channels with the partial products summed). A sum and an activation fused after the convolution
+(kuiper/layers/fused.py) run on each band as soon as its bias is added, while it is still in the cache.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kuiper.cpu import threads
+from kuiper.cpu.registry import fast
+from kuiper.cpu.scratch import Scratch, view
+from kuiper.cpu.winograd import F2, F4, Winograd, windows
+from kuiper.layers import conv2d
+from kuiper.layers.conv2d import batched
+from kuiper.layers.fused import Epilogue
+from kuiper.variants import Variant, Variants
+
+#: im2col runs over bands of output rows whose column matrix is at most about this size, which bounds its
+#: memory for any image size. With kuiper's threads, fewer and larger bands won: on 2 cores ResNet-18's stem
+#: took 2.0 ms in one 3.7 MB band per thread against 2.2-2.9 ms in four 0.9 MB bands each (every numpy call a
+#: thread makes must take the GIL back, and the other thread often holds it).
+COLUMN_BYTES = 4 << 20
+
+#: Winograd runs over bands of tile rows whose work buffers (three per thread) hold about this much each. It
+#: only bounds the memory: narrower bands make the a*a GEMMs thinner, and ResNet-18 ran no faster with bands of
+#: 256 KiB to 2 MiB than with whole images.
+WINOGRAD_BYTES = 4 << 20
+
+#: Winograd's transformed weights are (a/3)^2 times im2col's: with fewer tiles per image than this, the GEMMs
+#: are too thin to pay for reading them. ResNet-18 gets F(4x4) at 56x56 and 28x28, F(2x2) at 14x14 and im2col
+#: at 7x7, and ran faster so than with 16 (F(4x4) at 14x14) or 64 (F(2x2) at 28x28, im2col at 14x14).
+WINOGRAD_MIN_TILES = 32
+
+#: kuiper's threads split an image into bands of tile rows if each band keeps this many tiles (columns of its
+#: a*a GEMMs); else each band's input is transformed once and its output channels are split. Bands took
+#: ResNet-18's 28x28 layers (21 tiles a band on 2 threads) in 1.6-1.7 ms, channels in 1.9-2.3 ms.
+WINOGRAD_BAND_TILES = 16
+
+
+@fast("nn.Conv2d")
+class Conv2d(conv2d.Conv2d):
+    def __init__(self, op):
+        super().__init__(op)
+        self.scratch = Scratch()
+        # Winograd's matrices are for a 3x3 kernel moving one pixel at a time over all input channels
+        self.winograd_ok = self.kernel_size == (3, 3) and self.stride == self.dilation == (1, 1) and self.groups == 1
+        # only the variants this geometry allows: each of them can run any input shape, so all are candidates
+        ways = [Variant("im2col", None, self._im2col, cpu=True)]
+        if self.pointwise:
+            ways.append(Variant("pointwise", None, self._pointwise, cpu=True))
+        if self.winograd_ok:
+            ways += [self._winograd_variant(f) for f in (F4, F2)]
+        self.variants = Variants(None, (), ways, self._rule)
+
+    def _winograd_variant(self, f: Winograd) -> Variant:
+        """F(m x m, 3x3) as a variant: building it transforms the weights, once; each run fetches them."""
+        variant = Variant(f"winograd_f{f.m}", lambda: f.transform_kernel(self.w_kernel),
+                          lambda x, out, epilogue: self._winograd(x, out, epilogue, f, variant.kernel()), cpu=True)
+        return variant
+
+    def _rule(self, shapes) -> str:
+        """F(4x4) if the output has enough of its tiles, else F(2x2) if it has enough of those (3x3 stride-1
+        layers); else pointwise where the kernel allows, else im2col."""
+        if self.winograd_ok:
+            ho, wo = self.output_shapes([shapes[0]])[0][-2:]
+            for f in (F4, F2):
+                if math.prod(f.tiles(ho, wo)) >= WINOGRAD_MIN_TILES:
+                    return f"winograd_f{f.m}"
+        return "pointwise" if self.pointwise else "im2col"
+
+    def forward_numpy(self, inputs, outputs):
+        self.forward_epilogue(inputs, outputs, Epilogue([], inputs))
+
+    def forward_epilogue(self, inputs, outputs, epilogue):
+        """forward_numpy, and `epilogue` on each part of the output right after its bias is added."""
+        # keyed by the operator's input shapes, as the graph fixed them: a fused operator's include the tensors
+        # its epilogue adds. Arrays' shapes already are the tuples of ints shape_key makes, at a third of its cost
+        variant = self.variants.pick(tuple(x.shape for x in epilogue.inputs))
+        x, out = batched(inputs[0]), batched(outputs[0])
+        if outputs[0].ndim == 3:  # the tensors the epilogue adds, seen as (1, C, H, W) like the output
+            epilogue = epilogue.reshaped(out.shape)
+        variant(x, out, epilogue)
+
+    # ---- the variants: each adds the bias and runs the epilogue --------------------------------------
+    def _pointwise(self, x, out, epilogue):
+        """1x1, stride 1, no padding: out[n, g] = W[g] @ x[n, g], all batch items and groups in one call."""
+        n, g, hw = x.shape[0], self.groups, x.shape[2] * x.shape[3]
+        threads.matmul(self.w_gemm, x.reshape(n, g, -1, hw), out.reshape(n, g, -1, hw))
+        self.add_bias(out)
+        epilogue.apply(out)
+
+    def _padded(self, x):
+        """x zero-padded in a buffer kept between forwards, whose zero border is never written: no allocation."""
+        (top, bottom), (left, right) = self.pads
+        if not (top or bottom or left or right):
+            return x
+        n, c, h, w = x.shape
+        padded = self.scratch.get("padded", (n, c, h + top + bottom, w + left + right))
+        padded[:, :, top:top + h, left:left + w] = x
+        return padded
+
+    def _im2col(self, x, out, epilogue):
+        """Column matrix, then GEMM, for one band of output rows at a time (see COLUMN_BYTES).
+
+        kuiper's threads (cpu/threads.py) take a share of the bands each, when there are enough bands
+        worth a thread. Otherwise (a small image, as in ResNet's last layers) they share a band's input channels:
+        each copies and multiplies its channels' rows of the column matrix (its part of the GEMM's depth), and the
+        partial products are summed; the copy, slow for narrow images, is split too. Grouped convolutions of
+        small images run on one thread."""
+        windows = self.kernel_windows(self._padded(x))  # (N, C, kh, kw, Ho, Wo), a view
+        n, c, kh, kw, ho, wo = windows.shape
+        g, k = self.groups, c * kh * kw
+        units = threads.bands(n, ho, max(1, COLUMN_BYTES // (4 * k * wo)), wo, wo * k * self.out_channels // g)
+        out_pixels = out.reshape(n, g, -1, ho * wo)
+
+        def columns(worker, item, top, band, first=0, stop=c):
+            """Input channels first..stop-1 of the band's column matrix, in this thread's buffer: im2col itself."""
+            buffer = self.scratch.get(f"columns{worker}", (k * units[0][2] * wo,))
+            matrix = buffer[:(stop - first) * kh * kw * band * wo].reshape(stop - first, kh, kw, band, wo)
+            np.copyto(matrix, windows[item, first:stop, :, :, top:top + band])
+            return matrix.reshape(g, -1, band * wo)
+
+        def finish(item, top, band):  # while the band is still in the cache
+            where = (item, slice(None), slice(top, top + band))
+            part = out[where]
+            self.add_bias(part)
+            epilogue.apply(part, where)
+
+        def gemm(worker, item, top, band):
+            np.matmul(self.w_gemm, columns(worker, item, top, band),
+                      out=out_pixels[item, :, :, top * wo:(top + band) * wo])
+            finish(item, top, band)
+
+        if len(units) >= threads.num_threads() or g > 1:
+            threads.parallel(lambda first, stop, worker: [gemm(worker, *unit) for unit in units[first:stop]],
+                             len(units))
+            return
+        for item, top, band in units:
+            pixels = out_pixels[item, 0, :, top * wo:(top + band) * wo]
+            partials = []
+
+            def part(first, stop, worker):
+                target = pixels if worker == 0 else self.scratch.get(f"partial{worker}", pixels.shape)
+                np.matmul(self.w_gemm[0, :, first * kh * kw:stop * kh * kw],
+                          columns(worker, item, top, band, first, stop)[0], out=target)
+                if worker:
+                    partials.append(target)
+            threads.parallel(part, c, grain=-(-threads.MIN_MACS // (self.out_channels * kh * kw * band * wo)))
+            for partial in partials:
+                pixels += partial
+            finish(item, top, band)
+
+    def _winograd(self, x, out, epilogue, f: Winograd, u: np.ndarray):
+        """Winograd F(m x m, 3x3) with the transformed weights `u`, over bands of tile rows (see
+        kuiper/cpu/winograd.py).
+
+        As in im2col, kuiper's threads take a share of the bands each when there are enough bands worth a
+        thread; otherwise each band's input is transformed once and its output channels are split."""
+        n, c, h, w = x.shape
+        cout, ho, wo = out.shape[1:]
+        m, a = f.m, f.a
+        tiles_h, tiles_w = f.tiles(ho, wo)  # the last tiles may hang over the output's edge
+        (top, bottom), (left, right) = self.pads
+        # m - 1 more zeros below and to the right than the padding asks for cover the overhanging tiles, whose
+        # extra outputs are dropped. The shape depends on the input's size alone: a buffer used for another input
+        # size, whose pixels would sit where this one's zeros belong, is never reused
+        padded = self.scratch.get(f"winograd_padded{m}", (n, c, h + top + bottom + m - 1, w + left + right + m - 1))
+        tiles = windows(padded, (a, a), (m, m))  # (N, C, tiles_h, tiles_w, a, a)
+        exact = (ho, wo) == (m * tiles_h, m * tiles_w)
+        whole = out if exact else self.scratch.get("winograd_out", (n, cout, m * tiles_h, m * tiles_w))
+        blocks = whole.reshape(n, cout, tiles_h, m, tiles_w, m)  # output pixel (m*ty + y, m*tx + x)
+
+        units = threads.bands(n, tiles_h, max(1, WINOGRAD_BYTES // (4 * a * a * max(c, cout) * tiles_w)),
+                              tiles_w, tiles_w * a * a * c * cout, WINOGRAD_BAND_TILES)
+        size = (a * a * max(c, cout) * units[0][2] * tiles_w,)
+
+        def buffers(worker):
+            """A thread's three work buffers: each step below reads one and writes another."""
+            return [self.scratch.get(f"winograd_{name}{worker}", size) for name in "abc"]
+
+        def transform_input(worker, item, row, band):
+            """B^T d B for every tile of the band and every input channel, shaped (a*a, C, tiles)."""
+            buf_a, buf_b, _ = buffers(worker)
+            t = band * tiles_w
+            # the padded rows the band's tiles cover; the 2 rows it shares with the next band get the same
+            # values from both threads
+            first, stop = max(row * m, top), min((row + band) * m + a - m, top + h)
+            padded[item, :, first:stop, left:left + w] = x[item, :, first - top:stop - top]
+            # im2col of tiles: d[i, j, channel, tile] = pixel (i, j) of the tile
+            d = view(buf_a, a, a, c, band, tiles_w)
+            np.copyto(d, tiles[item, :, row:row + band].transpose(3, 4, 0, 1, 2))
+            # B^T d B: B^T mixes the tile's rows i, then (batched over the new rows p) its columns j
+            bt_d = view(buf_b, a, a, c * t)
+            np.matmul(f.bt, d.reshape(a, -1), out=bt_d.reshape(a, -1))
+            v = view(buf_a, a, a, c * t)
+            np.matmul(f.bt, bt_d, out=v)
+            return v.reshape(a * a, c, t)
+
+        def transform_output(worker, v, item, row, band, first, stop):
+            """Output channels first..stop-1 of the band: the a*a GEMMs, A^T mm A, the bias, the epilogue."""
+            _, buf_b, buf_c = buffers(worker)
+            t, k = band * tiles_w, stop - first
+            mm = view(buf_b, a * a, k, t)
+            np.matmul(u[:, first:stop], v, out=mm)  # the a*a GEMMs, in one stacked call
+            # A^T mm A: A^T mixes rows p into output rows y; then columns q into output columns x, with the
+            # (cout, tile) pairs as rows, so that x comes out innermost as it is in the output
+            at_mm = view(buf_c, m, a, k * t)
+            np.matmul(f.at, mm.reshape(a, -1), out=at_mm.reshape(m, -1))
+            y = view(buf_b, m, k * t, m)
+            np.matmul(at_mm.transpose(0, 2, 1), f.at.T, out=y)
+            y = y.reshape(m, k, band, tiles_w, m).transpose(1, 2, 0, 3, 4)
+            target = blocks[item, first:stop, row:row + band]
+            if self.bias is None:
+                np.copyto(target, y)
+            else:
+                np.add(y, self.bias[first:stop].reshape(-1, 1, 1, 1, 1), out=target)
+            if exact:  # the same pixels as whole output rows: numpy walks those in longer runs
+                where = (item, slice(first, stop), slice(row * m, (row + band) * m))
+                epilogue.apply(out[where], where)
+
+        def bands_part(first, stop, worker):  # whole bands, all output channels
+            for unit in units[first:stop]:
+                transform_output(worker, transform_input(worker, *unit), *unit, 0, cout)
+
+        if len(units) >= threads.num_threads():
+            threads.parallel(bands_part, len(units))
+        else:  # too few bands to share: transform each band's input once, split its output channels
+            for unit in units:
+                v = transform_input(0, *unit)
+                threads.parallel(lambda first, stop, worker: transform_output(worker, v, *unit, first, stop), cout,
+                                 grain=-(-threads.MIN_MACS // (a * a * c * unit[2] * tiles_w)))
+        if not exact:  # the epilogue, once the overhanging tiles are cut off
+            out[...] = whole[:, :, :ho, :wo]
+            epilogue.apply(out)

@@ -1,0 +1,28 @@
+"""Work buffers that fast CPU layers keep from one forward to the next, so that a forward allocates nothing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class Scratch:
+    """Work buffers by name, reallocated only when the shape they need changes.
+
+    New buffers are zero-filled, so a buffer whose border is never written keeps a zero border for free.
+    """
+
+    def __init__(self):
+        self._buffers = {}
+
+    def get(self, name: str, shape: tuple) -> np.ndarray:
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.shape != shape:
+            buffer = self._buffers[name] = np.zeros(shape, dtype=np.float32)
+        return buffer
+
+
+def view(buffer: np.ndarray, *shape) -> np.ndarray:
+    """The first prod(shape) elements of a flat work buffer, shaped."""
+    return buffer[:math.prod(shape)].reshape(shape)  # math.prod: np.prod costs 10 us a call, 0.5 ms a forward

@@ -1,0 +1,112 @@
+"""The fusion pass: rewrite the operator list so that cheap element-wise work rides along with the operator
+before it, and let element-wise operators overwrite their input instead of writing a buffer of their own.
+
+Two rewrites, over the operators in execution order:
+
+- **Fuse**: an activation that works in place (ReLU, clamps: ElementwiseLayer.in_place) or a sum of two
+  same-shape tensors (pnnx.Expression add(@0,@1): ResNet's residual add) whose input has no other reader
+  joins the operator that produced that input, if that operator's layer applies an epilogue itself
+  (`forward_epilogue`, as the fast CPU convolution does, band by band while the band is in the cache).
+  `conv -> add -> relu` becomes ONE operator whose layer is a FusedLayer (kuiper/layers/fused.py): the
+  convolution, then the steps [add the other tensor, relu]. The other tensor of the sum becomes an ordinary
+  input of the fused operator, so the BFS waits for it like for any input.
+- **In place**: such an activation or sum that cannot be fused overwrites its input: its output operand is
+  marked `overwrites` that input, and the memory plan gives it the input's buffer.
+
+The graph's inputs (the caller's arrays) and outputs (fresh arrays per forward) are never overwritten or
+fused away. The BFS, the memory plan and both backends then see an ordinary graph: which operators fuse
+depends only on the layers the backend made (`kuiper inspect` shows the graph before and after).
+"""
+
+from __future__ import annotations
+
+from kuiper.layers.elementwise import ElementwiseLayer
+from kuiper.layers.expression import Expression
+from kuiper.layers.fused import EpilogueStep, FusedLayer
+from kuiper.runtime.operators import RuntimeOperator
+
+
+def fuse(order: list, graph_ends: set) -> list:
+    """Rewrite `order` (operators in execution order, linked) as described above; returns the new operator
+    list, still in execution order. `graph_ends` are the names of the graph's input and output operands."""
+    groups = {}  # name of an operand a fused group ends in -> that group (a dict, see _extend)
+    removed = set()
+    for op in order:
+        if op.layer is None or len(op.output_operands) != 1 or op.output_operand.name in graph_ends:
+            continue
+        if isinstance(op.layer, ElementwiseLayer) and op.layer.in_place and len(op.input_operands) == 1:
+            sources = op.input_operands
+        elif isinstance(op.layer, Expression) and op.layer.adds_two_inputs:
+            # the sum has one input's shape (as the file records it), not a broadcast larger one
+            sources = [s for s in op.input_operands if s.shape is not None and s.shape == op.output_operand.shape]
+        else:
+            continue
+        for source in sources:
+            if source.consumers != [op] or source.name in graph_ends:
+                continue
+            others = [o for o in op.input_operands if o is not source]
+            group = groups.pop(source.name, None) or _start(source.producer)
+            if group is not None:
+                _extend(group, op, others)
+                groups[op.output_operand.name] = group
+                removed.add(op.name)
+            else:
+                op.output_operand.overwrites = source
+            break
+    fused = {id(group["main"]): group for group in groups.values()}
+    result = []
+    for op in order:
+        if op.name in removed:
+            continue
+        group = fused.get(id(op))
+        result.append(op if group is None else _fused_operator(group))
+    _link_successors(result)
+    return result
+
+
+def _start(producer) -> dict | None:
+    """A new group around `producer`, if its layer applies epilogues itself."""
+    if producer is None or producer.layer is None or not hasattr(producer.layer, "forward_epilogue"):
+        return None
+    if len(producer.output_operands) != 1:
+        return None
+    return {"main": producer, "steps": [], "extras": [], "absorbed": [], "output": producer.output_operand,
+            "overwrites": producer.output_operand.overwrites}
+
+
+def _extend(group: dict, op, others: list) -> None:
+    """Add `op` (an activation, or a sum with the tensor in `others`) to the group's epilogue."""
+    main = group["main"]
+    extra = None
+    if others:
+        extra = len(main.input_operands) + len(group["extras"])
+        group["extras"].append(others[0])
+    group["steps"].append(EpilogueStep(op.layer, extra))
+    group["absorbed"].append(op)
+    group["output"] = op.output_operand
+
+
+def _fused_operator(group: dict) -> RuntimeOperator:
+    """The operator that replaces the group: main's inputs and the summed tensors in, the last step's output
+    out. It keeps main's name (profiles and variants stay keyed by it) and names every type it does."""
+    main, absorbed = group["main"], group["absorbed"]
+    fused = RuntimeOperator("+".join([main.type] + [op.type for op in absorbed]), main.name, line=main.line)
+    fused.input_operands = main.input_operands + group["extras"]
+    fused.input_names = main.input_names + [""] * len(group["extras"])
+    fused.output_operands = [group["output"]]
+    group["output"].producer = fused
+    group["output"].overwrites = group["overwrites"]  # a main working in place still does, steps and all
+    replaced = {id(main), *(id(op) for op in absorbed)}
+    for operand in fused.input_operands:
+        operand.consumers = [fused if id(c) in replaced else c for c in operand.consumers]
+    fused.layer = FusedLayer(fused, main.layer, group["steps"], len(main.input_operands))
+    fused.absorbed = [main] + absorbed
+    return fused
+
+
+def _link_successors(operators: list) -> None:
+    for op in operators:
+        successors = []
+        for operand in op.output_operands:
+            successors += [c for c in operand.consumers if c not in successors]
+        op.successors = successors

@@ -1,0 +1,90 @@
+"""The OpenCL executor (the interface: kuiper/runtime/executor.py): weights uploaded and kernels built once,
+buffers from the device's pool, every operator enqueued without waiting, one upload per input and one download
+per output. Operators whose layer has no OpenCL forward run on numpy with explicit transfers."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+from kuiper.errors import KuiperWarning
+from kuiper.layers.registry import layer_class
+from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime
+from kuiper.opencl.tuning import MEASURE, TuningCache, choose
+from kuiper.runtime.planner import reuse_waits
+
+
+class OpenCLExecutor:
+    name = "opencl"
+    device = True
+    fuses = True
+
+    def __init__(self, device: str | None, schedule: str, tuning: str, where: str):
+        self.spec = device
+        self.schedule = schedule
+        self.tuning = tuning
+        self.where = where  # the model file, for messages
+        self.runtime = None
+        self.host_fallbacks = []  # operators with no OpenCL forward
+        self.enqueuer = None
+
+    def make_layer(self, op):
+        return layer_class(op.type, op.name)(op)
+
+    def build(self, order: list) -> None:
+        self.runtime = get_runtime(self.spec)
+        self.tuning_cache = TuningCache() if self.tuning == MEASURE else None
+        self.host_fallbacks = []
+        for op in order:
+            if op.layer is None:
+                continue
+            if op.layer.supports_opencl:
+                op.layer.build_opencl(self.runtime)
+            else:
+                self.host_fallbacks.append(op)
+        if self.host_fallbacks:
+            names = ", ".join(f"{op.name} ({op.type})" for op in self.host_fallbacks)
+            warnings.warn(f"{self.where}: no OpenCL forward for {names}: these run on numpy, with their inputs "
+                          f"downloaded and outputs uploaded", KuiperWarning, stacklevel=5)
+
+    def prepare(self, plan, order: list) -> None:
+        plan.place(self.runtime.pool.slots(plan.assignment),
+                   lambda slot, shape, dtype: DeviceTensor(self.runtime, slot, shape, dtype))
+        operands = {o.name: o for op in order for o in op.output_operands}
+        plan.reuse_waits = reuse_waits(plan.lifetimes, plan.assignment, operands)
+        plan.variants = {op.name: choose(op.layer, [plan.shapes[o.name] for o in op.input_operands], self.tuning,
+                                         self.tuning_cache)
+                         for op in order if op.layer is not None and op.layer.variants is not None}
+
+    def release(self, plan) -> None:
+        for slot in plan.slots:
+            self.runtime.pool.give(slot)
+        plan.slots = []
+
+    @contextlib.contextmanager
+    def forward(self, plan):
+        self.enqueuer = Enqueuer(self.runtime, levels=self.schedule == "levels")
+        yield
+
+    def feed(self, op, array, plan) -> DeviceTensor:
+        tensor = plan.tensors[op.output_operand.name]
+        self.enqueuer.begin(op, ())
+        self.enqueuer.write(tensor.buffer, array)  # the one upload of this input
+        return tensor
+
+    def output(self, operand, plan) -> DeviceTensor:
+        return plan.tensors[operand.name]
+
+    def run(self, op, inputs: list, outputs: list, plan) -> None:
+        self.enqueuer.begin(op, [o.producer for o in op.input_operands] + plan.reuse_waits.get(op.name, []))
+        if op in self.host_fallbacks:
+            self.enqueuer.run_on_host(op.layer, inputs, outputs)
+        else:
+            op.layer.forward_opencl(self.enqueuer, inputs, outputs)
+
+    def results(self, operands: list) -> list:
+        self.enqueuer.finish()
+        return [operand.tensor.numpy() for operand in operands]  # the one download of each output
+
+    def device_seconds(self, op):
+        return self.enqueuer.kernel_seconds(op.name)

@@ -1,0 +1,239 @@
+"""The fast nn.Conv2d (kuiper/cpu/conv2d.py): each of its variants, on 1 to 3 threads, against the reference layer
+(kuiper/layers/conv2d.py, itself checked against a loop formula in tests/layers/test_conv2d.py); the epilogue a
+fused operator hands it; the rule's choice per shape."""
+
+import numpy as np
+import pytest
+
+from conftest import assert_every_path_matches_reference
+from cpu_tools import THREADS, running_on
+
+from kuiper.cpu import conv2d, threads
+from kuiper.cpu.winograd import F2, F4
+from kuiper.layers.fused import Epilogue, EpilogueStep
+from kuiper.runtime.operators import make_layer
+
+RNG = np.random.default_rng(23)
+
+IM2COL, POINTWISE, WINOGRAD = {"im2col"}, {"im2col", "pointwise"}, {"im2col", "winograd_f4", "winograd_f2"}
+
+# name: (parameters, input shape, the variants these offer). With every split worth a thread (`splits`), wide
+# images are cut into bands of output rows, narrow ones split their channels, batches share out whole images.
+CASES = {
+    "3x3 pad1 7x5": (dict(in_channels=3, out_channels=5, kernel_size=3, padding=1), (1, 3, 7, 5), WINOGRAD),
+    "stride2 batch3 nobias": (dict(in_channels=5, out_channels=7, kernel_size=3, stride=2, padding=1, bias=False),
+                              (3, 5, 9, 11), IM2COL),
+    "1x1 image 3x3 kernel": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=1), (3, 4, 1, 1), WINOGRAD),
+    "1x1 grouped batch3": (dict(in_channels=6, out_channels=9, kernel_size=1, groups=3), (3, 6, 7, 5), POINTWISE),
+    "1x1 wide": (dict(in_channels=8, out_channels=16, kernel_size=1), (1, 8, 20, 40), POINTWISE),
+    "1x1 narrow nobias": (dict(in_channels=16, out_channels=12, kernel_size=1, bias=False), (1, 16, 3, 5),
+                          POINTWISE),
+    "1x1 stride2": (dict(in_channels=5, out_channels=7, kernel_size=1, stride=2), (1, 5, 9, 11), IM2COL),
+    "1x1 padded": (dict(in_channels=5, out_channels=7, kernel_size=1, padding=1), (1, 5, 9, 11), IM2COL),
+    "same even kernel": (dict(in_channels=3, out_channels=5, kernel_size=(4, 2), padding="same"), (3, 3, 7, 5),
+                         IM2COL),
+    "same dilated even kernel": (dict(in_channels=3, out_channels=4, kernel_size=(2, 4), padding="same",
+                                      dilation=(3, 2)), (1, 3, 9, 11), IM2COL),
+    "valid 3x5": (dict(in_channels=3, out_channels=5, kernel_size=(3, 5), padding="valid"), (1, 3, 9, 11), IM2COL),
+    "3x3 dilation2": (dict(in_channels=5, out_channels=7, kernel_size=3, padding=2, dilation=2), (1, 5, 9, 11),
+                      IM2COL),
+    "groups3 stride2": (dict(in_channels=6, out_channels=9, kernel_size=3, stride=2, padding=1, groups=3),
+                        (3, 6, 9, 11), IM2COL),
+    "3x3 groups2 s1": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=1, groups=2), (1, 4, 12, 30),
+                       IM2COL),
+    "depthwise stride2": (dict(in_channels=5, out_channels=5, kernel_size=3, stride=2, padding=1, groups=5),
+                          (3, 5, 9, 11), IM2COL),
+    "depthwise wide": (dict(in_channels=8, out_channels=8, kernel_size=3, padding=1, groups=8), (1, 8, 16, 40),
+                       IM2COL),
+    "depthwise multiplier same": (dict(in_channels=5, out_channels=10, kernel_size=(3, 2), padding="same",
+                                       dilation=2, groups=5, bias=False), (1, 5, 7, 5), IM2COL),
+    "single in-channel": (dict(in_channels=1, out_channels=4, kernel_size=3, padding=1), (3, 1, 7, 5), WINOGRAD),
+    "7x7 stride2 pad3 wide": (dict(in_channels=3, out_channels=8, kernel_size=7, stride=2, padding=3),
+                              (1, 3, 32, 48), IM2COL),
+    "kernel>stride asymmetric": (dict(in_channels=5, out_channels=7, kernel_size=5, stride=(2, 1), padding=(2, 0)),
+                                 (3, 5, 9, 11), IM2COL),
+    "kernel<stride": (dict(in_channels=3, out_channels=5, kernel_size=2, stride=3), (1, 3, 7, 5), IM2COL),
+    "unbatched stride2": (dict(in_channels=5, out_channels=7, kernel_size=3, stride=2, padding=1), (5, 9, 11),
+                          IM2COL),
+    "unbatched 3x3": (dict(in_channels=5, out_channels=7, kernel_size=3, padding=1), (5, 9, 11), WINOGRAD),
+    # 3x3 stride 1 at sizes whose rule is F(4x4), F(2x2) and im2col; overhanging and whole tiles; wide and narrow
+    "3x3 F4 overhanging": (dict(in_channels=6, out_channels=5, kernel_size=3, padding=1), (1, 6, 23, 30),
+                           WINOGRAD),
+    "3x3 F4 valid wide nobias": (dict(in_channels=5, out_channels=6, kernel_size=3, padding="valid", bias=False),
+                                 (1, 5, 14, 50), WINOGRAD),
+    "3x3 F2 batch3": (dict(in_channels=4, out_channels=7, kernel_size=3, padding=1), (3, 4, 12, 12), WINOGRAD),
+    "3x3 F2 narrow": (dict(in_channels=6, out_channels=5, kernel_size=3, padding=1), (1, 6, 40, 3), WINOGRAD),
+    "3x3 im2col 7x7": (dict(in_channels=8, out_channels=8, kernel_size=3, padding=1), (1, 8, 7, 7), WINOGRAD),
+    "3x3 asymmetric padding": (dict(in_channels=5, out_channels=7, kernel_size=3, padding=(2, 0)), (1, 5, 9, 11),
+                               WINOGRAD),
+    "3x3 same batch3": (dict(in_channels=5, out_channels=5, kernel_size=3, padding="same"), (3, 5, 6, 7), WINOGRAD),
+}
+
+
+def conv_params(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
+    """Every parameter of nn.Conv2d, and random weights for them."""
+    kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    params = dict(in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size, stride=stride,
+                  padding=padding, dilation=dilation, groups=groups, bias=bias, padding_mode="zeros")
+    attrs = {"weight": RNG.standard_normal((out_channels, in_channels // groups, kh, kw)).astype(np.float32)}
+    if bias:
+        attrs["bias"] = RNG.standard_normal(out_channels).astype(np.float32)
+    return dict(params=params, attrs=attrs)
+
+
+@pytest.fixture(autouse=True)
+def splits(monkeypatch):
+    """Every split of the work over kuiper's threads worth making, however little work it is: the shapes above
+    then decide between bands and channels, as the sizes of real images do."""
+    monkeypatch.setattr(threads, "MIN_MACS", 1)
+
+
+@pytest.fixture(params=["budget", "tiny budget"])
+def budgets(request, monkeypatch):
+    """The work buffers' real sizes, or sizes small enough to cut each image into bands of 1 to 5 rows (of
+    output pixels, of tiles), the last band often shorter."""
+    if request.param == "tiny budget":
+        monkeypatch.setattr(conv2d, "COLUMN_BYTES", 2500)
+        monkeypatch.setattr(conv2d, "WINOGRAD_BYTES", 6100)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_variant_matches_reference(name):
+    params, shape, offered = CASES[name]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    assert set(assert_every_path_matches_reference("nn.Conv2d", x, **conv_params(**params))) == offered
+
+
+@pytest.mark.parametrize("name", ["stride2 batch3 nobias", "same even kernel", "groups3 stride2",
+                                  "kernel>stride asymmetric", "3x3 F2 batch3", "3x3 F4 overhanging"])
+def test_every_variant_in_small_bands(budgets, name):
+    test_every_variant_matches_reference(name)
+
+
+# name: (parameters, input shape, the variants these offer): whole and overhanging tiles, bands and channel
+# splits (see `splits`)
+EPILOGUE_CASES = {
+    "narrow overhanging": (dict(in_channels=6, out_channels=5, kernel_size=3, padding=1), (1, 6, 22, 7), WINOGRAD),
+    "whole tiles batch2": (dict(in_channels=5, out_channels=6, kernel_size=3, padding=1), (2, 5, 16, 24), WINOGRAD),
+    "unbatched nobias": (dict(in_channels=5, out_channels=7, kernel_size=3, padding=1, bias=False), (5, 9, 11),
+                         WINOGRAD),
+    "1x1": (dict(in_channels=8, out_channels=6, kernel_size=1), (1, 8, 6, 10), POINTWISE),
+    "stride2 batch3": (dict(in_channels=5, out_channels=7, kernel_size=3, stride=2, padding=1), (3, 5, 9, 11),
+                       IM2COL),
+}
+
+
+@pytest.mark.parametrize("name", EPILOGUE_CASES)
+def test_epilogue_adds_then_activates_every_part(budgets, name):
+    """An operator fused from conv -> add -> relu: each variant adds the other tensor to each part of its output,
+    then applies the ReLU, whichever way the parts are cut."""
+    params, shape, offered = EPILOGUE_CASES[name]
+    options = dict(input_shapes=[shape], **conv_params(**params))
+    layer = make_layer("nn.Conv2d", fast=True, **options)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    conv = make_layer("nn.Conv2d", **options).run_numpy(x)[0]
+    residual = RNG.standard_normal(conv.shape).astype(np.float32)
+    expected = np.maximum(conv + residual, 0)
+
+    add = make_layer("pnnx.Expression", params=dict(expr="add(@0,@1)"), input_shapes=[conv.shape] * 2)
+    relu = make_layer("nn.ReLU", input_shapes=[conv.shape])
+    epilogue = Epilogue([EpilogueStep(add, extra=1), EpilogueStep(relu)], [x, residual])
+    shapes = [x.shape, residual.shape]  # the fused operator's inputs
+    assert set(layer.variants.candidates(shapes)) == offered
+    for variant in offered:
+        layer.variants.fix(shapes, variant)
+        for count in THREADS:
+            out = np.full(conv.shape, np.nan, np.float32)
+            with running_on(count):
+                layer.forward_epilogue([x], [out], epilogue)
+            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max(),
+                                       err_msg=f"variant {variant} on {count} thread(s)")
+
+
+def make_fast(params, shape):
+    return make_layer("nn.Conv2d", fast=True, input_shapes=[shape], **conv_params(**params))
+
+
+def test_rule_by_output_size():
+    """F(4x4) where the output has enough 4x4 tiles, F(2x2) where it has enough 2x2 ones, else im2col."""
+    layer = make_fast(dict(in_channels=8, out_channels=8, kernel_size=3, padding=1), (1, 8, 56, 56))
+    assert [layer.variants.rule([(1, 8, s, s)]) for s in (56, 28, 23, 14, 11, 7)] == \
+        ["winograd_f4"] * 3 + ["winograd_f2"] * 2 + ["im2col"]
+    assert layer.variants.rule([(8, 23, 23)]) == "winograd_f4"  # unbatched: the same image
+    pointwise = make_fast(dict(in_channels=8, out_channels=8, kernel_size=1), (1, 8, 7, 7))
+    assert pointwise.variants.rule([(1, 8, 56, 56)]) == "pointwise"
+
+
+@pytest.mark.parametrize("change", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=(3, 1))])
+def test_winograd_only_for_3x3_stride1_undilated_ungrouped(change):
+    params = {**dict(in_channels=4, out_channels=4, kernel_size=3, padding=1), **change}
+    layer = make_fast(params, (1, 4, 56, 56))
+    assert layer.variants.candidates([(1, 4, 56, 56)]) == ["im2col"]
+    assert layer.variants.rule([(1, 4, 56, 56)]) == "im2col"
+
+
+def test_winograd_weights_are_made_when_the_shape_is_fixed(monkeypatch):
+    """Variants.fix builds the chosen variant, as the graph does when it plans a shape; forwards reuse it."""
+    made = []
+
+    def counted(f):
+        transform = f.transform_kernel
+
+        def counting(weight):
+            made.append(f.m)
+            return transform(weight)
+        return counting
+    for f in (F4, F2):
+        monkeypatch.setattr(f, "transform_kernel", counted(f))
+    params, shape, _ = CASES["3x3 F4 overhanging"]
+    layer = make_fast(params, shape)
+    assert made == []
+    assert layer.variants.fix([shape]) == "winograd_f4" and made == [4]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    layer.run_numpy(x)
+    layer.run_numpy(x)
+    assert made == [4]
+
+
+@pytest.mark.parametrize("name", ["winograd_f4", "winograd_f2"])
+@pytest.mark.parametrize("channels, size", [(64, 28), (256, 14)])
+def test_winograd_accuracy_at_resnet_widths(name, channels, size):
+    """Hundreds of channels summed in the transformed domain: the float32 error stays well inside the tolerance."""
+    options = conv_params(channels, channels, 3, padding=1)
+    shape = (1, channels, size, size)
+    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[shape], **options)
+    layer.variants.fix([shape], name)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    weight = options["attrs"]["weight"].astype(np.float64)
+    expected = options["attrs"]["bias"].reshape(-1, 1, 1).astype(np.float64)
+    for i in range(3):  # the definition one tap at a time over whole images: a loop over pixels is too slow here
+        for j in range(3):
+            expected = expected + np.einsum("oc,nchw->nohw", weight[:, :, i, j], padded[:, :, i:i + size, j:j + size])
+    np.testing.assert_allclose(layer.run_numpy(x)[0], expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("name", ["im2col", "winograd_f4", "winograd_f2"])
+def test_buffers_follow_shape_changes(name):
+    """One layer over several shapes, kept buffers and all: 8x8 then 7x7 need as many tiles, and the padding
+    the 7x7 image reads must still be zeros."""
+    params = dict(in_channels=5, out_channels=6, kernel_size=3, padding=1)
+    options = conv_params(**params)
+    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 5, 8, 8)], **options)
+    reference = make_layer("nn.Conv2d", input_shapes=[(1, 5, 8, 8)], **options)
+    for shape in [(1, 5, 8, 8), (1, 5, 7, 7), (3, 5, 8, 7), (1, 5, 8, 8), (5, 7, 7), (1, 5, 7, 7)]:
+        layer.variants.fix([shape], name)
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(layer.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_the_rule_switches_variants_on_one_layer():
+    """Image sizes whose rule is F(4x4), F(2x2) and im2col, back and forth, nothing fixed beforehand."""
+    options = conv_params(3, 4, 3, padding=1)
+    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 3, 24, 24)], **options)
+    reference = make_layer("nn.Conv2d", input_shapes=[(1, 3, 24, 24)], **options)
+    for size, name in [(24, "winograd_f4"), (14, "winograd_f2"), (7, "im2col"), (22, "winograd_f4"),
+                       (24, "winograd_f4"), (12, "winograd_f2")]:
+        x = RNG.standard_normal((1, 3, size, size)).astype(np.float32)
+        np.testing.assert_allclose(layer.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-4, atol=1e-4)
+        assert layer.variants.pick(((1, 3, size, size),)).name == name
