@@ -41,7 +41,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads")
     parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch; "
-                        "opencl@SPEC runs on the device SPEC names (opencl@Intel, opencl-levels@0:0)")
+                        "opencl@SPEC runs on the device SPEC names (opencl@Intel, opencl-levels@0:0); with "
+                        "--processes, ENGINE=DIR runs ENGINE from the kuiper checkout in DIR")
     parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
     parser.add_argument("--torch-device", default="cpu", help="cpu or cuda")
     parser.add_argument("--processes", type=int, metavar="ROUNDS",
@@ -104,10 +105,13 @@ def in_processes(args) -> None:
         result_file = Path(folder) / "result.json"
         for _ in range(args.processes):
             for engine in engines:
-                subprocess.run([sys.executable, __file__, "--engines", engine, "--json", str(result_file), *options],
+                # ENGINE=DIR: that engine of another checkout of kuiper (say, before a change), by its own script
+                name, _, checkout = engine.partition("=")
+                script = Path(checkout) / "benchmarks" / "resnet18.py" if checkout else Path(__file__)
+                subprocess.run([sys.executable, str(script), "--engines", name, "--json", str(result_file), *options],
                                check=True, stdout=subprocess.DEVNULL)
                 (result,) = json.loads(result_file.read_text())["results"]
-                labels[engine] = result["engine"]
+                labels[engine] = result["engine"] + (f" [{checkout}]" if checkout else "")
                 medians[engine].append(result["median_ms"])
     base = medians[engines[-1]]
     print(f"ResNet-18, batch {args.batch}, {args.threads} thread(s), {args.processes} rounds of a fresh process "
