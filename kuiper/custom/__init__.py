@@ -6,7 +6,7 @@
     layer.py     CustomLayer, the layer an operator of a served type gets
     table.py     CustomOps, the configs one graph uses (KUIPER_CUSTOM_OPS, custom_ops=, --custom-op)
 
-Lesson 17 (course_notes/17-custom-opencl-operator.md) is the user's guide and the reference of the keys.
+Lesson 18 (course_notes/18-custom-opencl-operator.md) is the user's guide and the reference of the keys.
 """
 
 from kuiper.custom.config import OpConfig, read_config

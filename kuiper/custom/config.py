@@ -4,7 +4,7 @@ Everything that can be checked without a model is checked here, and every proble
 naming the file and the key, e.g. `.../leaky_clamp.toml: args[2].param: 'slope' is not declared in
 [params]`. What depends on the operator (its parameters, weights and inputs) is checked when a layer is
 made for it (layer.py); what depends on the kernel's source, when it is compiled. The keys are
-documented in course_notes/17-custom-opencl-operator.md.
+documented in course_notes/18-custom-opencl-operator.md.
 """
 
 from __future__ import annotations

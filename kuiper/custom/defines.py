@@ -5,7 +5,7 @@ Two kinds, fixed at different times:
   shape defines       from the tensors' shapes and the work sizes, once per input shape signature:
                       -DINPUT0_DIMS_C=4  -DOUTPUT0_SIZE=120  -DGLOBAL_WORKSIZE={120} ...
 
-The list of automatic names is in course_notes/17-custom-opencl-operator.md.
+The list of automatic names is in course_notes/18-custom-opencl-operator.md.
 """
 
 from __future__ import annotations

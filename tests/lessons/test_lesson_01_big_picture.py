@@ -20,6 +20,14 @@ def test_resnet18_forward_matches_the_saved_pytorch_output():
     assert list(np.argsort(logits[0])[::-1][:5]) == list(np.argsort(expected[0])[::-1][:5])
 
 
+def test_the_reference_backend_runs_the_files_graph_and_agrees():
+    param, (x,), (expected,) = model_case("resnet18", "b1")
+    reference = kuiper.load(param, backend="reference")
+    assert len(reference.operators) == len(kuiper.pnnx.load(param).operators) == 51
+    assert len(kuiper.load(param).operators) == 26  # 17 ReLUs and 8 adds ride along with convolutions
+    np.testing.assert_allclose(reference.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
 def test_every_model_in_the_manifest_is_on_disk_with_its_cases():
     entries = manifest()["models"]
     assert "resnet18" in entries and len(entries) >= 2

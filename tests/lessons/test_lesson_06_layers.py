@@ -1,14 +1,20 @@
-"""Checkpoint of lesson 6: the Layer interface, the registry, ReLU and a stable Sigmoid, and a layer of our own."""
+"""Checkpoint of lesson 6: the Layer interface, the registry and the fast layers' registry, ReLU and a stable
+Sigmoid, and a layer of our own."""
+
+import ast
+import re
 
 import numpy as np
 import pytest
 
 import kuiper
 from kuiper import LayerError, UnsupportedOperatorError
+from kuiper.cpu import registry as fast_registry
 from kuiper.layers import registry
+from kuiper.layers.base import Layer
 from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.runtime.operators import make_layer
-from lesson_tools import check_shell_commands
+from lesson_tools import ROOT, check_shell_commands, notes_text
 
 
 def test_relu_matches_the_formula_and_writes_in_place():
@@ -44,6 +50,48 @@ def test_registry_lookups_and_errors():
         registry.register("nn.ReLU")(type("Impostor", (ElementwiseLayer,), {}))
 
 
+def test_the_notes_name_every_public_member_of_layer():
+    """Read kuiper/layers/base.py's class Layer, as written, and find each public name in the lesson's table."""
+    tree = ast.parse((ROOT / "kuiper" / "layers" / "base.py").read_text())
+    layer = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Layer")
+    members = set()
+    for node in layer.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            members.add(node.name)
+        elif isinstance(node, ast.AnnAssign):
+            members.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            members.update(target.id for target in node.targets)
+    members = {name for name in members if not name.startswith("_") or name == "__init__"}
+    assert {"num_inputs", "variants", "output_shapes", "forward_numpy", "run_opencl"} <= members
+    table = notes_text(6).split("### Every member of `Layer`", 1)[1].split("\n\n", 3)[2]
+    named = set(re.findall(r"`(\w+)", table))
+    assert members <= named, f"not in the notes' table: {sorted(members - named)}"
+
+
+@pytest.mark.parametrize("kind, options, x", [
+    ("nn.ReLU", {}, np.linspace(-3, 3, 70000, dtype=np.float32).reshape(7, 10000)),
+    ("nn.Sigmoid", {}, np.linspace(-90, 90, 70000, dtype=np.float32).reshape(7, 10000)),
+    ("nn.Linear", dict(params=dict(in_features=6, out_features=5, bias=True),
+                       attrs=dict(weight=np.arange(30, dtype=np.float32).reshape(5, 6) / 30,
+                                  bias=np.arange(5, dtype=np.float32))),
+     np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)),
+])
+def test_fast_layers_subclass_the_reference_and_agree(kind, options, x):
+    fast_class, reference_class = fast_registry.fast_class(kind), registry.layer_class(kind)
+    assert fast_class is not reference_class and issubclass(fast_class, reference_class)
+    fast = make_layer(kind, fast=True, input_shapes=(x.shape,), **options)
+    reference = make_layer(kind, input_shapes=(x.shape,), **options)
+    assert isinstance(fast, fast_class) and type(reference) is reference_class
+    np.testing.assert_allclose(fast.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_data_movement_has_no_fast_class():
+    assert fast_registry.fast_class("torch.flatten") is None and fast_registry.fast_class("torch.cat") is None
+    assert type(make_layer("torch.flatten", fast=True, params=dict(start_dim=1, end_dim=-1),
+                           input_shapes=((2, 3, 4),))) is registry.layer_class("torch.flatten")
+
+
 def test_build_time_checks_raise_layer_errors():
     with pytest.raises(LayerError, match="expects 1 input"):
         make_layer("nn.Sigmoid", input_shapes=((2,), (2,)))
@@ -77,8 +125,11 @@ def test_a_new_layer_runs_alone_and_in_a_graph(softsign, tmp_path):
                     "pnnx.Input in0 0 1 x #x=(3,4)f32\n"
                     "lesson06.Softsign soft 1 1 x y #x=(3,4)f32 #y=(3,4)f32\n"
                     "pnnx.Output out0 1 0 y\n")
-    (y,) = kuiper.load(path).forward(x)
-    np.testing.assert_allclose(y, x / (1 + np.abs(x)), rtol=1e-6)
+    for backend, kind in (("numpy", "FastSoftsign"), ("reference", "Softsign")):
+        graph = kuiper.load(path, backend=backend)
+        assert type(graph.operators[1].layer).__name__ == kind  # an activation gets a blocked fast subclass
+        (y,) = graph.forward(x)
+        np.testing.assert_allclose(y, x / (1 + np.abs(x)), rtol=1e-6)
 
 
 def test_the_commands_in_the_notes(capsys):

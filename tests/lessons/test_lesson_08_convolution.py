@@ -1,9 +1,11 @@
-"""Checkpoint of lesson 8: Conv2d against direct loops, im2col + GEMM by hand, and PyTorch's conv_zoo output."""
+"""Checkpoint of lesson 8: the reference Conv2d against direct loops, its kernel windows against their definition,
+im2col + GEMM by hand, and PyTorch's conv_zoo output."""
 
 import numpy as np
 import pytest
 
 import kuiper
+from kuiper.layers.conv2d import Conv2d
 from kuiper.runtime.operators import make_layer
 from lesson_tools import RESNET, check_shell_commands, model_case
 
@@ -64,7 +66,7 @@ def test_conv2d_matches_direct_loops(cin, cout, hw, k, s, p, d, groups, bias):
 
 def conv_shift_and_add(x, w, b, stride, pad, dil):
     """The same definition summed tap by tap over whole images (groups=1), in float64: fast enough for
-    the image sizes where a layer may switch to another algorithm (Winograd for 3x3 at stride 1)."""
+    images of ResNet's sizes, which direct loops in Python are not."""
     n, cin, h, wd = x.shape
     cout, _, kh, kw = w.shape
     ho = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
@@ -80,10 +82,10 @@ def conv_shift_and_add(x, w, b, stride, pad, dil):
 
 
 @pytest.mark.parametrize("cin,cout,hw,stride,pad", [
-    (16, 24, (28, 28), (1, 1), (1, 1)),   # the ResNet 3x3 case, enough tiles for any fast path
+    (16, 24, (28, 28), (1, 1), (1, 1)),   # the ResNet 3x3 case
     (8, 8, (33, 21), (1, 1), (1, 1)),     # sizes that do not divide into tiles
     (8, 12, (30, 30), (1, 1), (0, 0)),    # no padding
-    (16, 16, (28, 28), (2, 2), (1, 1)),   # stride 2: the im2col path
+    (16, 16, (28, 28), (2, 2), (1, 1)),   # stride 2
 ])
 def test_conv2d_matches_the_definition_on_larger_images(cin, cout, hw, stride, pad):
     rng = np.random.default_rng(cin + cout + hw[0])
@@ -96,6 +98,22 @@ def test_conv2d_matches_the_definition_on_larger_images(cin, cout, hw, stride, p
     expected = conv_shift_and_add(x, w, b, stride, pad, (1, 1))
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k, s, d", [((3, 3), (1, 1), (1, 1)), ((3, 2), (2, 1), (2, 1)), ((5, 3), (3, 2), (1, 2))])
+def test_kernel_windows_are_a_view_with_the_defined_entries(k, s, d):
+    """Entry [n, c, i, j, y, x] of the windows is padded[n, c, y*sh + i*dh, x*sw + j*dw], read through strides."""
+    rng = np.random.default_rng(7)
+    padded = rng.standard_normal((2, 3, 13, 12)).astype(np.float32)
+    layer = make_layer("nn.Conv2d", input_shapes=((2, 3, 13, 12),), attrs=dict(weight=np.zeros((4, 3) + k, np.float32)),
+                       params=dict(in_channels=3, out_channels=4, kernel_size=list(k), stride=list(s), dilation=list(d),
+                                   bias=False))
+    windows = layer.kernel_windows(padded)
+    ho, wo = layer.output_shapes([padded.shape])[0][-2:]
+    assert windows.shape == (2, 3) + k + (ho, wo)
+    assert np.shares_memory(windows, padded) and not windows.flags.writeable
+    for n, c, i, j, y, x in np.ndindex(windows.shape):
+        assert windows[n, c, i, j, y, x] == padded[n, c, y * s[0] + i * d[0], x * s[1] + j * d[1]]
 
 
 def test_im2col_then_gemm_is_the_convolution():
@@ -122,14 +140,16 @@ def test_pointwise_convolution_is_a_matrix_product():
 
 def test_conv_zoo_matches_pytorch():
     param, inputs, expected = model_case("conv_zoo", "b2")
-    outputs = kuiper.load(param).forward(*inputs)
+    graph = kuiper.load(param, backend="reference")  # the reference layers, as this lesson reads them
+    assert all(type(op.layer) is Conv2d for op in graph.operators if op.type == "nn.Conv2d")
+    outputs = graph.forward(*inputs)
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
 def test_resnet18_convolution_work_from_shapes():
     """Exercise 3: the multiply-accumulates of ResNet-18's convolutions at batch 1 (about 1.8 G)."""
-    graph = kuiper.load(RESNET)
+    graph = kuiper.load(RESNET, backend="reference")  # the file's operators, with their parameters
     shapes = graph.plan_for((1, 3, 224, 224)).shapes
     total = 0
     for op in graph.operators:

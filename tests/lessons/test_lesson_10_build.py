@@ -1,18 +1,32 @@
-"""Checkpoint of lesson 10: build's order, shape inference, liveness memory plan and build-time errors."""
+"""Checkpoint of lesson 10: build's order, the fusion pass, shape inference, liveness memory plan and build-time
+errors, on both CPU backends."""
 
 import numpy as np
 import pytest
 
 import kuiper
-from kuiper import GraphError, GraphState, ShapeError, UnsupportedOperatorError
+from kuiper import GraphError, GraphState, ShapeError, UnsupportedOperatorError, inspection
+from kuiper.cpu.registry import fast_class
+from kuiper.layers.elementwise import ElementwiseLayer
+from kuiper.layers.expression import Expression
 from kuiper.runtime.planner import Lifetime, assign_buffers
-from lesson_tools import MODELS, check_shell_commands, manifest, param_lines, BLOCK, MODEL_PARAMS
+from lesson_tools import MODELS, RESNET, check_shell_commands, manifest, model_case, param_lines, BLOCK, MODEL_PARAMS
+
+BACKENDS = ("numpy", "reference")
 
 
-
-@pytest.fixture(scope="module", params=MODEL_PARAMS, ids=lambda p: p.parent.name)
+@pytest.fixture(scope="module", params=[(p, b) for p in MODEL_PARAMS for b in BACKENDS],
+                ids=lambda pb: f"{pb[0].parent.name}-{pb[1]}")
 def built(request):
-    return kuiper.load(request.param)
+    param, backend = request.param
+    return kuiper.load(param, backend=backend)
+
+
+def buffer_owner(operand):
+    """The operand whose buffer `operand` lives in: itself, or the end of its chain of `overwrites`."""
+    while operand.overwrites is not None:
+        operand = operand.overwrites
+    return operand
 
 
 def test_order_runs_every_operator_after_its_producers(built):
@@ -28,9 +42,10 @@ def test_no_two_live_operands_share_a_buffer(built):
     position = {op.name: k for k, op in enumerate(built.order)}
     life = {}
     for name in plan.tensors:  # a buffer lives from its producer to the last reader of any name it goes by
-        operand, owner = built.operands[name], name
-        while owner in built.in_place:  # an in-place operator's output is its input's buffer
-            owner = built.in_place[owner]
+        operand = built.operands[name]
+        owner = buffer_owner(operand).name  # an in-place operator's output is its input's buffer
+        if owner != name:
+            assert plan.tensors[name] is plan.tensors[owner] and plan.aliases[name] == operand.overwrites.name
         first = position[operand.producer.name]
         last = max((position[c.name] for c in operand.consumers), default=first)
         start, end = life.get(owner, (first, last))
@@ -55,13 +70,14 @@ def test_inferred_shapes_equal_the_shapes_pytorch_recorded(built):
 
 
 def test_shapes_at_another_batch_size_scale_the_batch_only():
-    resnet = kuiper.load(MODELS / "resnet18" / "resnet18.pnnx.param")
-    plan1, plan8 = resnet.plan_for((1, 3, 224, 224)), resnet.plan_for((8, 3, 224, 224))
-    for name, shape in plan1.shapes.items():
-        assert plan8.shapes[name] == (8 * shape[0],) + shape[1:]
-    assert len(plan1.assignment.slot_sizes) == 3
-    assert plan8.pooled_bytes == 8 * plan1.pooled_bytes
-    assert len(resnet.plans) == 2
+    for backend, slots in (("numpy", [3211264, 802816, 802816]), ("reference", [3211264, 3211264, 802816])):
+        resnet = kuiper.load(RESNET, backend=backend)
+        plan1, plan8 = resnet.plan_for((1, 3, 224, 224)), resnet.plan_for((8, 3, 224, 224))
+        for name, shape in plan1.shapes.items():
+            assert plan8.shapes[name] == (8 * shape[0],) + shape[1:]
+        assert plan1.assignment.slot_sizes == slots  # the numbers of the notes
+        assert plan8.pooled_bytes == 8 * plan1.pooled_bytes
+        assert len(resnet.plans) == 2
 
 
 def execute(steps, slot_of, x):
@@ -129,7 +145,8 @@ def test_build_time_errors(tmp_path):
 
 
 def test_order_is_the_fifo_breadth_first_order_of_the_text():
-    """The dry run is Kahn's algorithm with a FIFO queue; recompute it from the .param tokens alone."""
+    """The dry run is Kahn's algorithm with a FIFO queue; recompute it from the .param tokens alone. The reference
+    backend runs the file's operators in that order; the numpy backend the same, less the absorbed ones."""
     from collections import deque
 
     for param in MODEL_PARAMS:
@@ -151,8 +168,80 @@ def test_order_is_the_fifo_breadth_first_order_of_the_text():
                     ready[succ] += 1
                     if ready[succ] == len(inputs[succ]):
                         queue.append(succ)
-        assert [op.name for op in kuiper.load(param).order] == order, param.name
+        reference, fast = kuiper.load(param, backend="reference"), kuiper.load(param)
+        assert [op.name for op in reference.order] == order == [op.name for op in fast.unfused_order], param.name
+        absorbed = {op.name for fused in fast.order for op in fused.absorbed[1:]}
+        assert [op.name for op in fast.order] == [name for name in order if name not in absorbed], param.name
+
+
+def expected_fusion(param):
+    """({main operator: [the file's operators it does]}, {operator: the operand it overwrites}) from the rules of
+    the lesson, worked out over the reference graph: a cheap operator (an in-place activation, or a sum whose
+    output has the recorded shape of the input) whose input has it as its one reader joins the operator that now
+    produces that input, if that operator's fast layer applies epilogues; else it works in place."""
+    graph = kuiper.load(param, backend="reference")
+    ends = {o.name for o in graph.output_operands} | {op.output_operand.name for op in graph.input_operators}
+    head = {}  # operand name -> the main operator whose fused group produces it now
+    fused, in_place = {}, {}
+    for op in graph.order:
+        layer = op.layer
+        if layer is None or len(op.output_operands) != 1 or op.output_operand.name in ends:
+            continue
+        if isinstance(layer, ElementwiseLayer) and layer.in_place and len(op.input_operands) == 1:
+            sources = op.input_operands
+        elif isinstance(layer, Expression) and layer.adds_two_inputs:
+            sources = [s for s in op.input_operands if s.shape is not None and s.shape == op.output_operand.shape]
+        else:
+            continue
+        for source in sources:
+            if source.consumers != [op] or source.name in ends:
+                continue
+            main = head.get(source.name, source.producer)  # a group already fused goes on growing
+            if main.name in fused or (len(main.output_operands) == 1
+                                      and hasattr(fast_class(main.type) or object, "forward_epilogue")):
+                fused.setdefault(main.name, [main.name]).append(op.name)
+                head[op.output_operand.name] = main
+            else:
+                in_place[op.name] = source.name
+            break
+    return fused, in_place
+
+
+FIRST_CASE = {name: entry["cases"][0]["name"] for name, entry in manifest()["models"].items()}
+
+
+@pytest.mark.parametrize("param", MODEL_PARAMS, ids=lambda p: p.parent.name)
+def test_the_fusion_pass_does_what_its_rules_allow_and_computes_the_same(param):
+    graph = kuiper.load(param)
+    fused, in_place = inspection.fusion_summary(graph)
+    want_fused, want_in_place = expected_fusion(param)
+    assert {op.name: [a.name for a in op.absorbed] for op in fused} == want_fused
+    assert {op.name: op.output_operand.overwrites.name for op in in_place} == want_in_place
+    for op in fused:
+        assert op.type == "+".join(a.type for a in op.absorbed)
+    # the rewritten graph computes what the file's graph computes
+    _, inputs, _ = model_case(param.parent.name, FIRST_CASE[param.parent.name])
+    reference = kuiper.load(param, backend="reference")
+    for got, want in zip(graph.forward(*inputs), reference.forward(*inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+def test_resnet_fuses_every_relu_and_add_and_conv_zoo_works_in_place():
+    fused, in_place = expected_fusion(RESNET)
+    assert len(fused) == 17 and sum(len(names) - 1 for names in fused.values()) == 17 + 8 and not in_place
+    assert fused["convbn2d_2"] == ["convbn2d_2", "pnnx_expr_14", "pnnx_unique_0"]
+    zoo = kuiper.load(MODELS / "conv_zoo" / "conv_zoo.pnnx.param")
+    plan = next(iter(zoo.plans.values()))
+    assert plan.aliases == {"13": "12"} and plan.tensors["13"] is plan.tensors["12"]
+    up_grouped = [k for k, op in enumerate(zoo.order) if op.name == "up_grouped"][0]
+    assert next(l.last for l in plan.lifetimes if l.key == "12") == up_grouped  # read under its second name
 
 
 def test_the_commands_in_the_notes(capsys):
-    check_shell_commands(10, capsys)
+    outputs = check_shell_commands(10, capsys)
+    before, after = outputs["kuiper inspect --backend reference"], outputs["kuiper inspect"]
+    assert "51 operators" in before and "fusion pass" not in before
+    assert "fusion pass (51 operators -> 26" in after
+    assert "convbn2d_2: convbn2d_2 (nn.Conv2d) + pnnx_expr_14 (pnnx.Expression) + pnnx_unique_0 (nn.ReLU)" in after
+    for text in (before, after):
+        assert "parameters: 11,684,712" in text

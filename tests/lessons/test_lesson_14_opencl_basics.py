@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 13: OpenCL objects, a first kernel, work sizes and bounds checks, kuiper's wrappers."""
+"""Checkpoint of lesson 14: OpenCL objects, a first kernel, work sizes and bounds checks, kuiper's wrappers."""
 
 import re
 
@@ -134,7 +134,7 @@ def test_a_graph_on_opencl_matches_its_formula(cl_runtime, tmp_path):
 
 
 def test_the_commands_in_the_notes(capsys, cl_runtime):
-    outputs = check_shell_commands(13, capsys)
+    outputs = check_shell_commands(14, capsys)
     listing = outputs["kuiper devices"]
     marked = [line for line in listing.splitlines() if re.match(r"\* \d+:\d+ ", line)]
     assert len(marked) == 1 and opencl.select_device().name.strip() in marked[0]

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 15: both GEMM kernels against float64 matmul, every convolution path against an einsum
+"""Checkpoint of lesson 16: both GEMM kernels against float64 matmul, every convolution path against an einsum
 reference, and FLOP counts from the shapes. Profiling events are checked for completeness, never for time."""
 
 from types import SimpleNamespace
@@ -159,6 +159,6 @@ def test_flops_from_shapes_and_gflops_from_events(cl_runtime):
 
 
 def test_the_commands_in_the_notes(capsys, cl_runtime):
-    outputs = check_shell_commands(15, capsys)
+    outputs = check_shell_commands(16, capsys)
     profile = outputs["kuiper run --backend opencl --profile --repeat 3"]
     assert "matches the saved PyTorch output" in profile and "device ms" in profile

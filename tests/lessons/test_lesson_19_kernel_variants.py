@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 18: every BatchNorm and GEMM variant against independent references, the rule, choices
+"""Checkpoint of lesson 19: every BatchNorm and GEMM variant against independent references, the rule, choices
 made with the plan and only looked up in forward, measuring into a tuning cache that a second graph reuses, and
 a broken cache file. Every cache lives in tmp_path; no time is asserted."""
 
@@ -117,7 +117,7 @@ def test_a_broken_cache_costs_a_warning(cl_runtime, tmp_path):
 
 def test_the_commands_in_the_notes(capsys, cl_runtime, tmp_path, monkeypatch):
     monkeypatch.setenv("KUIPER_TUNING_CACHE", str(tmp_path / "tuning.json"))
-    outputs = check_shell_commands(18, capsys)
+    outputs = check_shell_commands(19, capsys)
     for command, output in outputs.items():
         table = output.split("time per operator")[1].split("time per type")[0]
         assert "variant" in table and "bn_add" in table, command

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 16: upsampling, cat, chunk and SiLU against formulas written from their definitions,
+"""Checkpoint of lesson 17: upsampling, cat, chunk and SiLU against formulas written from their definitions,
 unet_tiny and expr_two_inputs against PyTorch on both backends, other input sizes, several inputs and outputs."""
 
 import re
@@ -200,7 +200,7 @@ def test_two_inputs_two_outputs_against_pytorch_and_the_param_formulas(two):
 
 
 def test_the_commands_in_the_notes(capsys, cl_runtime):
-    outputs = check_shell_commands(16, capsys)
+    outputs = check_shell_commands(17, capsys)
     params = sum(int(np.prod([int(d) for d in re.search(r"=\(([\d,]+)\)", t).group(1).split(",")]))
                  for line in param_lines(UNET) for t in line if t.startswith("@"))
     for command in ("kuiper inspect models/unet_tiny/unet_tiny.pnnx.param",

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 14: the program cache, build errors, the buffer pool, the Enqueuer on both queues,
+"""Checkpoint of lesson 15: the program cache, build errors, the buffer pool, the Enqueuer on both queues,
 profiling events and host fallbacks. No time is asserted; event timestamps are only compared for order."""
 
 import warnings
@@ -209,7 +209,7 @@ def test_a_layer_without_kernels_runs_on_the_host(cl_runtime, softsign, tmp_path
 
 
 def test_the_commands_in_the_notes(capsys, cl_runtime):
-    outputs = check_shell_commands(14, capsys)
+    outputs = check_shell_commands(15, capsys)
     profile = outputs["kuiper run models/unet_tiny/unet_tiny.pnnx.param --backend opencl --profile"]
     assert "matches the saved PyTorch output" in profile and "device ms" in profile
     assert "time per type" in profile

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 17: an operator from a kernel and a config, on both backends; the automatic
+"""Checkpoint of lesson 18: an operator from a kernel and a config, on both backends; the automatic
 defines the notes list; an override that stays in its graph; a model with a module pnnx kept whole."""
 
 import re
@@ -76,7 +76,7 @@ def per_tensor(name: str) -> str:
 
 def documented_defines() -> set:
     """The automatic define names in the notes' table (first column), without the parameter row."""
-    table = notes_text(17).split("| define | value |", 1)[1].split("\n\n", 1)[0]
+    table = notes_text(18).split("| define | value |", 1)[1].split("\n\n", 1)[0]
     names = set()
     for row in table.splitlines()[2:]:
         first = row.split("|")[1]
@@ -104,8 +104,12 @@ def test_leaky_clamp_overrides_hardtanh_in_its_graph_only():
     hardtanh = graph.forward(*inputs)[2]
     np.testing.assert_allclose(hardtanh, references[2], rtol=1e-4, atol=1e-4)
     assert layer_class("nn.Hardtanh") is Hardtanh
-    (plain,) = [op for op in kuiper.load(param).operators if op.type == "nn.Hardtanh"]
+    # a graph loaded without the config gets the built-in layer: the registered class itself on the reference
+    # backend, its fast subclass (kuiper/cpu/, lesson 13) on numpy
+    (plain,) = [op for op in kuiper.load(param, backend="reference").operators if op.type == "nn.Hardtanh"]
     assert type(plain.layer) is Hardtanh
+    (fast,) = [op for op in kuiper.load(param).operators if op.type == "nn.Hardtanh"]
+    assert isinstance(fast.layer, Hardtanh) and not isinstance(fast.layer, CustomLayer)
 
 
 def test_the_leaky_part_of_the_kernel_matches_the_reference(cl_runtime):
@@ -130,7 +134,7 @@ def test_custom_scale_matches_pytorch(backend, case):
 def test_the_commands_in_the_notes(capsys):
     if not OPENCL_DEVICES:  # the lesson's commands run its operators on OpenCL
         pytest.skip(NO_OPENCL)
-    outputs = check_shell_commands(17, capsys)
+    outputs = check_shell_commands(18, capsys)
     for command, out in outputs.items():
         if command.startswith("kuiper run"):
             assert "matches the saved PyTorch output" in out, command
