@@ -2,6 +2,7 @@
 
 from kuiper.errors import (
     BackendError,
+    ConfigError,
     CustomOpError,
     GraphError,
     InputError,
@@ -9,6 +10,7 @@ from kuiper.errors import (
     KuiperError,
     KuiperWarning,
     LayerError,
+    MemoryLimitError,
     PnnxFormatError,
     ShapeError,
     UnsupportedOperatorError,
@@ -23,7 +25,7 @@ from kuiper.cpu.threads import num_threads, set_num_threads
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendError", "CustomOpError", "GraphError", "InputError", "KernelBuildError", "KuiperError", "LayerError",
-    "PnnxFormatError", "ShapeError", "UnsupportedOperatorError", "GraphState", "KuiperWarning",
-    "RuntimeGraph", "Tensor", "load", "num_threads", "pnnx", "set_num_threads",
+    "BackendError", "ConfigError", "CustomOpError", "GraphError", "InputError", "KernelBuildError", "KuiperError",
+    "LayerError", "MemoryLimitError", "PnnxFormatError", "ShapeError", "UnsupportedOperatorError", "GraphState",
+    "KuiperWarning", "RuntimeGraph", "Tensor", "load", "num_threads", "pnnx", "set_num_threads",
 ]

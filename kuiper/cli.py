@@ -1,6 +1,7 @@
 """The `kuiper` command line: run, inspect, devices, lessons.
 
-Errors print one line and exit non-zero; `--debug` shows the traceback instead.
+Errors print one line and exit with status 1 (2 for a usage error, as argparse does); `--debug`, before or after
+the command, shows the traceback instead. Warnings print one line each.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -32,25 +34,68 @@ class CliError(KuiperError):
 
 def main(argv=None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse has printed the usage error (status 2), or --help or --version (0)
+        return e.code
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            args.func(args)
+            return 0
+        except KeyboardInterrupt:
+            print("kuiper: interrupted", file=sys.stderr)
+            return 130
+        except Exception as e:  # noqa: BLE001 (the promise: one line, whatever went wrong)
+            if args.debug:
+                raise
+            print(f"kuiper: error: {_one_line(e)}", file=sys.stderr)
+            return 1
+
+
+def _one_line(e: Exception) -> str:
+    """The error's first line; one kuiper did not raise on purpose says what it is, and where to look."""
+    lines = str(e).splitlines() or [""]
+    text = lines[0] + (" (--debug shows the rest)" if len(lines) > 1 else "")
+    if isinstance(e, (KuiperError, OSError)):
+        return text
+    return f"{type(e).__name__}: {text} (unexpected: --debug shows where it happened)"
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line, without the source line Python would quote."""
+    print(f"kuiper: warning: {message}", file=sys.stderr)
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an int of at least 1."""
     try:
-        args.func(args)
-        return 0
-    except (KuiperError, OSError) as e:
-        if args.debug:
-            raise
-        print(f"kuiper: error: {e}", file=sys.stderr)
-        return 1
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _shape(text: str) -> tuple:
+    """An argparse type: N,C,H,W as ints of at least 1."""
+    try:
+        return tuple(_positive(d) for d in text.split(","))
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e} (give sizes of at least 1, as in 1,3,224,224)") from None
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuiper", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"kuiper {kuiper.__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    # after the command too; SUPPRESS, so that the command's default does not undo a --debug given before it
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     custom = argparse.ArgumentParser(add_help=False)
     custom.add_argument("--custom-op", action="append", metavar="PATH",
                         help="a custom operator config (.toml) or a directory of them (repeatable; "
@@ -64,38 +109,41 @@ def _parser() -> argparse.ArgumentParser:
                      help="numpy (default: fast CPU layers, fused), reference (the textbook layers only) or opencl")
     run.add_argument("--device", help="OpenCL device: P:D or a name substring (default: KUIPER_CL_DEVICE, first GPU, first CPU)")
     run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
-    run.add_argument("--batch", type=int, help="run at this batch size (the input is repeated or drawn)")
+    run.add_argument("--batch", type=_positive, help="run at this batch size (the input is repeated or drawn)")
     run.add_argument("--profile", action="store_true", help="time every operator")
     run.add_argument("--tune", action="store_true",
                      help="opencl: measure each layer's kernel variants once per shape and keep the fastest "
                           "(remembered in KUIPER_TUNING_CACHE, default ~/.cache/kuiper/tuning.json)")
     run.add_argument("--trace", action="store_true", help="print the BFS execution order with meet_num")
-    run.add_argument("--topk", type=int, default=5, help="how many top logits to show (default 5)")
-    run.add_argument("--repeat", type=int, default=1, help="run forward this many times, report the median")
-    run.add_argument("--threads", type=int, metavar="N",
+    run.add_argument("--topk", type=_positive, default=5, help="how many top logits to show (default 5)")
+    run.add_argument("--repeat", type=_positive, default=1, help="run forward this many times, report the median")
+    run.add_argument("--threads", type=_positive, metavar="N",
                      help="numpy: split layers over N threads (default: KUIPER_NUM_THREADS, else as many as BLAS uses)")
-    run.set_defaults(func=cmd_run, debug=False)
+    run.add_argument("--memory-limit", metavar="SIZE",
+                     help="refuse inputs whose plan needs more memory than this, e.g. 2G (default: "
+                          "KUIPER_MEMORY_LIMIT, else half of what the process may use)")
+    run.set_defaults(func=cmd_run)
 
     inspect = sub.add_parser("inspect", parents=[common, custom], help="operators, shapes, FLOPs, memory of a model")
     inspect.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
-    inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W",
+    inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W", type=_shape,
                          help="inspect at this input shape (once per graph input)")
     inspect.add_argument("--graph", metavar="FILE", help="draw the graph: .mmd (mermaid), .dot, or .svg/.png via graphviz")
     inspect.add_argument("--backend", default="numpy", choices=BACKENDS,
                          help="show the graph as this backend builds it: numpy (default) after the fusion pass, "
                               "reference as the file has it")
-    inspect.set_defaults(func=cmd_inspect, debug=False)
+    inspect.set_defaults(func=cmd_inspect)
     devices = sub.add_parser("devices", parents=[common], help="list OpenCL platforms and devices")
-    devices.set_defaults(func=cmd_devices, debug=False)
+    devices.set_defaults(func=cmd_devices)
 
     lessons = sub.add_parser("lessons", parents=[common], help="list the course's lessons and whether each passes")
     lessons.add_argument("--no-run", action="store_true", help="only list them, without running the checkpoints")
-    lessons.set_defaults(func=cmd_lessons, debug=False)
+    lessons.set_defaults(func=cmd_lessons)
 
     lesson = sub.add_parser("lesson", parents=[common], help="run one lesson's checkpoint (kuiper lesson 3)")
     lesson.add_argument("number", type=int, help="the lesson number")
     lesson.add_argument("--output", action="store_true", help="show pytest's output even when it passes")
-    lesson.set_defaults(func=cmd_lesson, debug=False)
+    lesson.set_defaults(func=cmd_lesson)
     return parser
 
 
@@ -121,11 +169,15 @@ def cmd_devices(args) -> None:
 
 
 def _console():
-    """rich's console for our output; soft wrap keeps a long line whole when the output is not a terminal
-    (rich would break it at 80 columns, in the middle of a shape)."""
+    """rich's console for our output. When the output is not a terminal, rich would assume 80 columns, break
+    long lines in the middle of a shape and cut table cells short (1x64x112x1...): soft wrap keeps lines whole,
+    and a console as wide as any table gives every cell its whole width."""
     from rich.console import Console
 
-    return Console(soft_wrap=True)
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:
+        console.width = 10_000
+    return console
 
 
 # ---- run --------------------------------------------------------------------------------------------
@@ -136,7 +188,8 @@ def cmd_run(args) -> None:
     if args.threads is not None:
         kuiper.set_num_threads(args.threads)
     graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
-                        custom_ops=args.custom_op, tuning="measure" if args.tune else None)
+                        custom_ops=args.custom_op, tuning="measure" if args.tune else None,
+                        memory_limit=args.memory_limit)
     inputs, reference = _inputs_for(graph, param, args)
     shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs)
     where = args.backend
@@ -147,7 +200,7 @@ def cmd_run(args) -> None:
     console.print(f"[bold]{param.name}[/] on [bold]{where}[/], input {shapes}")
 
     times = []
-    for i in range(max(1, args.repeat)):
+    for i in range(args.repeat):
         started = time.perf_counter()
         outputs = graph.forward(*inputs, trace=args.trace and i == 0, profile=args.profile)
         times.append(time.perf_counter() - started)
@@ -166,7 +219,10 @@ def _inputs_for(graph, param: Path, args):
     if args.input:
         path = Path(args.input)
         _require(path, "input")
-        x = np.load(path) if path.suffix == ".npy" else _load_image(path)
+        try:
+            x = np.load(path) if path.suffix == ".npy" else _load_image(path)
+        except (OSError, ValueError, EOFError) as e:  # not an array, or an image Pillow cannot read
+            raise CliError(f"--input {path}: cannot read it ({e})") from None
         if args.batch:
             x = np.ascontiguousarray(np.repeat(x[:1], args.batch, axis=0))
         return [x], None
@@ -179,7 +235,7 @@ def _inputs_for(graph, param: Path, args):
         shape = op.output_operand.shape
         if shape is None or not all(isinstance(d, int) for d in shape):
             raise CliError(f"input '{op.name}' has no fixed shape in the .param: give --input")
-        shape = (args.batch or shape[0],) + tuple(shape[1:])
+        shape = (args.batch or shape[0],) + tuple(shape[1:])  # --batch is at least 1 (_positive)
         inputs.append(rng.standard_normal(shape, dtype=np.float32))
     return inputs, None
 
@@ -217,7 +273,7 @@ def _load_image(path: Path) -> np.ndarray:
 
 def _print_output(console, k: int, out: np.ndarray, topk: int) -> None:
     console.print(f"output {k}: shape {tuple(out.shape)}, mean {out.mean():.6f}, std {out.std():.6f}")
-    if out.ndim == 2 and topk > 0:
+    if out.ndim == 2:
         for n, row in enumerate(out[:4]):
             best = np.argsort(row)[::-1][:topk]
             console.print(f"  item {n} top-{topk}: " + "  ".join(f"{i}:{row[i]:.4f}" for i in best))
@@ -290,15 +346,20 @@ def cmd_inspect(args) -> None:
             console.print(f"graph written to {args.graph}")
         return
 
-    graph.build()
+    graph.build(allocate=False)  # shapes and sizes only: inspect allocates no buffer
     if args.graph:
         _draw(graph, Path(args.graph))
         console.print(f"graph (as the {args.backend} backend runs it) written to {args.graph}")
     if args.input_shape:
-        shapes = [tuple(int(d) for d in s.split(",")) for s in args.input_shape]
+        shapes = args.input_shape
+        if len(shapes) != len(graph.input_operators):
+            raise CliError(f"--input-shape is given {len(shapes)} time(s), the model has "
+                           f"{len(graph.input_operators)} input(s)")
     else:
         shapes = [op.output_operand.shape for op in graph.input_operators]
-    plan = graph.plan_for(*shapes)
+        if not all(s is not None and all(isinstance(d, int) for d in s) for s in shapes):
+            raise CliError("the model records no fixed input shape: give --input-shape")
+    plan = graph.layout_for(*shapes)
     table = Table()
     for col in ("operator", "type", "inputs", "outputs", "params", "MMACs"):
         table.add_column(col, justify="right" if col in ("params", "MMACs") else "left")
@@ -314,6 +375,12 @@ def cmd_inspect(args) -> None:
         f"peak activation memory: {memory['planned'] / 2**20:.2f} MiB planned in {memory['buffers']} shared buffers "
         f"(+ graph outputs), vs {memory['unplanned'] / 2**20:.2f} MiB with one buffer per tensor"
     )
+    needed, limit = graph.planned_bytes(plan), graph.memory_limit
+    line = (f"a forward allocates {needed / 2**20:.2f} MiB (with the layers' work buffers); the memory limit is "
+            f"{limit / 2**20:.2f} MiB")
+    if needed > limit:
+        line += " [red]and forward refuses these shapes[/] (raise it with run's --memory-limit or KUIPER_MEMORY_LIMIT)"
+    console.print(line)
     fused, in_place = inspection.fusion_summary(graph)
     if fused or in_place:
         console.print(f"the fusion pass ({len(graph.unfused_order)} operators -> {len(graph.order)}; "
@@ -344,8 +411,11 @@ def _draw(graph, path: Path) -> None:
     elif path.suffix in (".svg", ".png"):
         if shutil.which("dot") is None:
             raise CliError(f"drawing {path.suffix} needs graphviz's `dot` program; write .mmd or .dot instead")
-        subprocess.run(["dot", f"-T{path.suffix[1:]}", "-o", str(path)], input=inspection.dot(graph),
-                       text=True, check=True)
+        done = subprocess.run(["dot", f"-T{path.suffix[1:]}", "-o", str(path)], input=inspection.dot(graph),
+                              text=True, capture_output=True)
+        if done.returncode:
+            said = (done.stderr.strip().splitlines() or ["no message"])[0]
+            raise CliError(f"--graph {path}: graphviz's dot failed (status {done.returncode}): {said}")
     else:
         raise CliError(f"--graph: unknown file type {path.suffix!r} (use .mmd, .dot, .svg or .png)")
 

@@ -29,6 +29,15 @@ class ShapeError(GraphError, ValueError):
     """Shapes do not agree (shape inference failed or a shape is ambiguous)."""
 
 
+class MemoryLimitError(GraphError, MemoryError):
+    """A plan for these input shapes would need more memory than the graph's memory limit allows; the message
+    names the operator with the largest output, its shape and the bytes. Raised before anything is allocated."""
+
+
+class ConfigError(KuiperError, ValueError):
+    """An option or environment variable has a value kuiper cannot use (the message names it)."""
+
+
 class InputError(KuiperError, ValueError):
     """The arrays given to forward do not fit the graph's inputs."""
 

@@ -60,6 +60,8 @@ WINOGRAD_BAND_TILES = 16
 
 @fast("nn.Conv2d")
 class Conv2d(conv2d.Conv2d):
+    keeps_workspace = True
+
     def __init__(self, op):
         super().__init__(op)
         self.scratch = Scratch()
@@ -88,6 +90,29 @@ class Conv2d(conv2d.Conv2d):
                 if math.prod(f.tiles(ho, wo)) >= WINOGRAD_MIN_TILES:
                     return f"winograd_f{f.m}"
         return "pointwise" if self.pointwise else "im2col"
+
+    def workspace_bytes(self, input_shapes):
+        """What `scratch` holds for the variant the rule picks: im2col's padded input and, per thread, a band's
+        column matrix and partial sums; Winograd's padded input, its whole output where tiles overhang, and three
+        work buffers per thread."""
+        variant = self._rule(input_shapes)
+        if variant == "pointwise":
+            return 0
+        shape = input_shapes[0]
+        n, c, h, w = (math.prod(shape[:-3]), *shape[-3:])
+        ho, wo = self.output_shapes(input_shapes)[0][-2:]
+        (top, bottom), (left, right) = self.pads
+        cout, workers = self.out_channels, threads.num_threads()
+        if variant == "im2col":
+            k = c * math.prod(self.kernel_size)
+            padded = n * c * (h + top + bottom) * (w + left + right) if top or bottom or left or right else 0
+            rows = max(1, COLUMN_BYTES // (4 * k * wo))
+            return 4 * padded + workers * 4 * (k + cout) * rows * wo
+        f = F4 if variant == "winograd_f4" else F2
+        tiles_h, tiles_w = f.tiles(ho, wo)
+        padded = n * c * (h + top + bottom + f.m - 1) * (w + left + right + f.m - 1)
+        whole = 0 if (ho, wo) == (f.m * tiles_h, f.m * tiles_w) else n * cout * f.m * tiles_h * f.m * tiles_w
+        return 4 * (padded + whole) + workers * 3 * max(WINOGRAD_BYTES, 4 * f.a * f.a * max(c, cout) * tiles_w)
 
     def forward_numpy(self, inputs, outputs):
         self.forward_epilogue(inputs, outputs, Epilogue([], inputs))

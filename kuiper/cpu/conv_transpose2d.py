@@ -12,9 +12,14 @@ from kuiper.layers.conv2d import batched
 
 @fast("nn.ConvTranspose2d")
 class ConvTranspose2d(conv_transpose2d.ConvTranspose2d):
+    keeps_workspace = True
+
     def __init__(self, op):
         super().__init__(op)
         self.scratch = Scratch()
+
+    def workspace_bytes(self, input_shapes):
+        return self.item_workspace_bytes(input_shapes)  # one item at a time
 
     def forward_numpy(self, inputs, outputs):
         x, out = batched(inputs[0]), batched(outputs[0])

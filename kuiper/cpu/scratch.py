@@ -8,7 +8,8 @@ import numpy as np
 
 
 class Scratch:
-    """Work buffers by name, reallocated only when the shape they need changes.
+    """Work buffers by name, reallocated only when the shape they need changes (a layer that has one sets
+    Layer.keeps_workspace).
 
     New buffers are zero-filled, so a buffer whose border is never written keeps a zero border for free.
     """

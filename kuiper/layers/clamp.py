@@ -13,8 +13,9 @@ from kuiper.layers.registry import register
 class Clamp(ElementwiseLayer):
     def __init__(self, op):
         super().__init__(op)
-        self.min = None if self.param("min", None) is None else self.float_param("min")
-        self.max = None if self.param("max", None) is None else self.float_param("max")
+        # an infinite bound is as good as none
+        self.min = None if self.param("min", None) is None else self.float_param("min", finite=False)
+        self.max = None if self.param("max", None) is None else self.float_param("max", finite=False)
         if self.min is None and self.max is None:
             raise self.error("needs at least one of min and max")
         if self.min is not None and self.max is not None and self.min > self.max:

@@ -119,6 +119,13 @@ class Conv2d(ConvLayer):
         (kh, kw) = self.kernel_size
         return math.prod(output_shapes[0]) * (self.in_channels // self.groups) * kh * kw
 
+    def workspace_bytes(self, input_shapes):
+        # the zero-padded input and the column matrix
+        n, c, h, w = (math.prod(input_shapes[0][:-3]), *input_shapes[0][-3:])
+        (top, bottom), (left, right) = self.pads
+        ho, wo = self.output_shapes(input_shapes)[0][-2:]
+        return 4 * n * c * ((h + top + bottom) * (w + left + right) + math.prod(self.kernel_size) * ho * wo)
+
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])
         self.check_input(shape)

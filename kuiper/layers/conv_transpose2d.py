@@ -53,6 +53,15 @@ class ConvTranspose2d(ConvLayer):
         (kh, kw), cout_g = self.kernel_size, self.out_channels // self.groups
         return int(np.prod(input_shapes[0], dtype=np.int64)) * cout_g * kh * kw
 
+    def workspace_bytes(self, input_shapes):
+        return math.prod(input_shapes[0][:-3]) * self.item_workspace_bytes(input_shapes)
+
+    def item_workspace_bytes(self, input_shapes) -> int:
+        """The GEMM's columns and col2im's uncropped output for one batch item."""
+        h, w = input_shapes[0][-2:]
+        out_hw = self.output_shapes(input_shapes)[0][-2:]
+        return 4 * self.out_channels * (math.prod(self.kernel_size) * h * w + math.prod(self.uncropped((h, w), out_hw)))
+
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])
         self.check_input(shape)

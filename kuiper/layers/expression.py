@@ -88,13 +88,14 @@ class Expression(Layer):
     def __init__(self, op):
         super().__init__(op)
         text = self.str_param("expr")
+        shown = text if len(text) <= 120 else text[:100] + "..."  # messages stay one readable line
         try:
             self.tree = parse(text)
             rpn = to_rpn(self.tree)
         except ExpressionSyntaxError as e:
-            raise self.error(f"malformed expr={text!r}: {e}") from None
+            raise self.error(f"malformed expr={shown!r}: {e}") from None
         # the program: ("input", index) | ("constant", number) | ("apply", (function, arity))
-        self.program = [self._compile(item, text) for item in rpn]
+        self.program = [self._compile(item, shown) for item in rpn]
         self.operands = sorted({item.index for item in rpn if isinstance(item, Operand)})
         names = {item.name for item in rpn if isinstance(item, Apply)}
         self.float_valued = bool(names & FLOAT_VALUED) or any(

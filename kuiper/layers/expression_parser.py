@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kuiper.pnnx.reader import MAX_EXPRESSION_DEPTH
+
 
 class ExpressionSyntaxError(ValueError):
     """The text is not a well-formed expression; the message says where."""
@@ -122,7 +124,9 @@ class _Parser:
                 f"expected {kind!r} for {function.text!r} at position {token.position}, found {token.text!r}"
             )
 
-    def expression(self):
+    def expression(self, depth: int = 0):
+        if depth > MAX_EXPRESSION_DEPTH:  # the reader refuses such files; this guards hand-made operators
+            raise ExpressionSyntaxError(f"calls nest more than {MAX_EXPRESSION_DEPTH} deep")
         token = self.next("an expression")
         if token.kind == "operand":
             return Operand(int(token.text[1:]))
@@ -130,10 +134,10 @@ class _Parser:
             return Literal(_number(token.text))
         if token.kind == "name":
             self.expect("(", token)
-            args = [self.expression()]
+            args = [self.expression(depth + 1)]
             while self.peek() is not None and self.peek().kind == ",":
                 self.index += 1
-                args.append(self.expression())
+                args.append(self.expression(depth + 1))
             self.expect(")", token)
             return Call(token.text, tuple(args))
         raise ExpressionSyntaxError(f"unexpected {token.text!r} at position {token.position}")

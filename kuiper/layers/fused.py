@@ -76,6 +76,13 @@ class FusedLayer(Layer):
     def macs(self, input_shapes, output_shapes):
         return self.main.macs(input_shapes[:self.main_inputs], output_shapes)
 
+    def workspace_bytes(self, input_shapes):
+        return self.main.workspace_bytes(input_shapes[:self.main_inputs])
+
+    @property
+    def keeps_workspace(self) -> bool:
+        return self.main.keeps_workspace
+
     @property
     def variants(self):
         return self.main.variants

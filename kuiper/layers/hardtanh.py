@@ -16,8 +16,9 @@ class Hardtanh(ElementwiseLayer):
 
     def __init__(self, op):
         super().__init__(op)
-        self.min_val = self.float_param("min_val", self.default_min)
-        self.max_val = self.float_param("max_val", self.default_max)
+        # an infinite bound leaves that side open, as in PyTorch
+        self.min_val = self.float_param("min_val", self.default_min, finite=False)
+        self.max_val = self.float_param("max_val", self.default_max, finite=False)
         if self.min_val > self.max_val:
             raise self.error(f"min_val={self.min_val} is greater than max_val={self.max_val}")
 

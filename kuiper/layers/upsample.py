@@ -150,7 +150,10 @@ class Upsample(Layer):
     def output_hw(self, input_shape: tuple) -> tuple:
         if self.size is not None:
             return self.size
-        return tuple(math.floor(size * scale) for size, scale in zip(input_shape[-2:], self.scale_factor))
+        scaled = [size * scale for size, scale in zip(input_shape[-2:], self.scale_factor)]
+        if not all(map(math.isfinite, scaled)):  # a finite scale_factor can still overflow a float
+            raise self.shape_error(f"scale_factor={self.scale_factor} makes {input_shape[-2:]} too large to count")
+        return tuple(math.floor(s) for s in scaled)
 
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])

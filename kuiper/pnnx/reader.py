@@ -16,6 +16,7 @@ rename the first slot again). Operator names must be unique, since attribute mem
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -26,6 +27,11 @@ from kuiper.pnnx.records import STRING, Attribute, Graph, Operand, Operator, Par
 from kuiper.pnnx.values import parse_spec, parse_value
 
 MAGIC = "7767517"
+#: how deeply a pnnx.Expression may nest calls. pnnx nests one level per fused operation (a sum of n terms
+#: nests n - 1 deep), a few levels in real models. kuiper's parser, compiler and OpenCL writer recurse once per
+#: level, well inside Python's recursion limit at this depth; and the OpenCL kernel, which nests the whole
+#: expression in its source, stays under clang's limit of 256 nested brackets.
+MAX_EXPRESSION_DEPTH = 128
 _COUNT = re.compile(r"[0-9]+")
 # pnnx splits on C's whitespace; str.split() would also split on Unicode spaces such as U+00A0
 _tokens = re.compile(r"[^ \t\r\v\f]+").findall
@@ -168,6 +174,9 @@ class _GraphBuilder:
             elif op.type == "pnnx.Expression" and key == "expr":
                 # a little language of its own (nested calls, lists): kept as text for the runtime to parse
                 parsed = Parameter(STRING, value, value)
+                depth = max(itertools.accumulate((c == "(") - (c == ")") for c in value), default=0)
+                if depth > MAX_EXPRESSION_DEPTH:
+                    raise PnnxFormatError(f"calls nest {depth} deep, over kuiper's limit of {MAX_EXPRESSION_DEPTH}")
             else:
                 parsed = parse_value(value)
         except PnnxFormatError as e:

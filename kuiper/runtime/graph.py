@@ -7,6 +7,10 @@ States, as in KuiperInfer:  NEED_INIT --init()--> NEED_BUILD --build()--> COMPLE
             dry run of the BFS below (so a graph that can never finish fails here, not in forward), lets
             the fusion pass rewrite the operator list (runtime/fusion.py), and plans memory for the input
             shapes recorded in the file.
+  A plan (shapes and buffers for one set of input shapes) is checked before anything is allocated: its
+  shapes against the `#` shapes the file records, its bytes against the memory limit (runtime/memory.py).
+  The graph keeps the last `max_plans` plans it used (MAX_PLANS by default), dropping the least recently
+  used one first; `clear_plans()` drops them all.
   forward() runs the BFS: pop a ready operator, run its layer, then for each successor bump its meet_num
             by the input slots the finished operator fed, the output tensor handed over by reference, and
             enqueue the successor once meet_num equals its number of inputs.
@@ -18,8 +22,9 @@ memory planning is runtime/planner.py.
 from __future__ import annotations
 
 import time
+import types
 import warnings
-from collections import deque
+from collections import OrderedDict, deque
 from enum import IntEnum
 from pathlib import Path
 
@@ -27,10 +32,13 @@ import numpy as np
 
 from kuiper import pnnx
 from kuiper.custom import CustomOps
-from kuiper.errors import BackendError, GraphError, InputError, KuiperWarning, ShapeError, UnsupportedOperatorError
+from kuiper.errors import (
+    BackendError, ConfigError, GraphError, InputError, KuiperWarning, MemoryLimitError, ShapeError,
+    UnsupportedOperatorError,
+)
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.tuning import tuning_mode
-from kuiper.runtime import fusion
+from kuiper.runtime import fusion, memory
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
 from kuiper.runtime.operators import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype
 from kuiper.runtime.opencl_executor import OpenCLExecutor
@@ -42,6 +50,9 @@ INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
 STRUCTURAL = frozenset({INPUT, OUTPUT, TUPLE})
 BACKENDS = ("numpy", "reference", "opencl")
 SCHEDULES = ("inorder", "levels")
+#: how many execution plans a graph keeps by default: enough for the few batch sizes and image sizes a service
+#: meets in turn, while one fed ever new sizes holds at most this many plans' buffers
+MAX_PLANS = 8
 
 
 class GraphState(IntEnum):
@@ -54,11 +65,17 @@ class RuntimeGraph:
     """A PNNX model ready to run. See the module docstring for the life cycle."""
 
     def __init__(self, param_path, bin_path=None, backend: str = "numpy", device: str | None = None,
-                 schedule: str = "inorder", custom_ops=None, tuning: str | None = None):
+                 schedule: str = "inorder", custom_ops=None, tuning: str | None = None, memory_limit=None,
+                 max_plans: int = MAX_PLANS):
         if backend not in BACKENDS:
             raise BackendError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         if schedule not in SCHEDULES:
             raise BackendError(f"unknown schedule {schedule!r} (available: {', '.join(SCHEDULES)})")
+        if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
+            raise ConfigError(f"max_plans={max_plans!r}: the graph must keep at least one plan")
+        self.max_plans = max_plans
+        # bytes, or None for runtime/memory.py's default, worked out when a plan is made (what is free changes)
+        self._memory_limit = memory.configured(memory_limit)
         self.param_path = str(param_path)
         self.bin_path = None if bin_path is None else str(bin_path)
         self.backend = backend
@@ -78,7 +95,7 @@ class RuntimeGraph:
         self.output_operands = []  # flattened graph outputs, in order
         self.order = []          # execution order fixed by build(), after the fusion pass
         self.unfused_order = []  # the same before the fusion pass: the operators as the file has them
-        self._plans = {}         # input signature -> ExecutionPlan
+        self._plans = OrderedDict()  # input signature -> ExecutionPlan, the least recently used first
         self.last_trace = []
         self.last_profile = []
         self.last_variants = {}  # operator name -> the kernel variant it ran in the last forward
@@ -120,23 +137,37 @@ class RuntimeGraph:
             for operand in op.output_operands:
                 successors += [c for c in operand.consumers if c not in successors]
             op.successors = successors
+        self._check_structure()
         self.input_operators = [op for op in self.operators if op.type == INPUT]
-        self.output_operands = self._find_outputs()
+        self.output_operands = [operand for op in self.operators if op.type == OUTPUT
+                                for operand in _unpack(op.input_operands)]
         self.state = GraphState.NEED_BUILD
         return self
 
-    def _find_outputs(self) -> list:
-        outputs = []
+    def _check_structure(self) -> None:
+        """What pnnx's writer guarantees and the graph relies on: a pnnx.Input reads nothing and makes one
+        operand, a pnnx.Output reads operands and makes none, only pnnx.Output and other tuples read a
+        prim::TupleConstruct's tuple (they unpack it), and some pnnx.Output says what forward returns."""
         for op in self.operators:
-            if op.type != OUTPUT:
-                continue
-            for operand in op.input_operands:
-                producer = operand.producer
-                if producer is not None and producer.type == TUPLE:
-                    outputs += producer.input_operands
-                else:
-                    outputs.append(operand)
-        return outputs
+            where = f"{self.param_path}:{op.line}: {op.type} operator '{op.name}'"
+            ins, outs = len(op.input_operands), len(op.output_operands)
+            if op.type == INPUT and (ins, outs) != (0, 1):
+                raise GraphError(f"{where} has {ins} input(s) and {outs} output(s); a graph input has 0 and 1")
+            if op.type == OUTPUT and (ins == 0 or outs):
+                raise GraphError(f"{where} has {ins} input(s) and {outs} output(s); a graph output reads at least "
+                                 f"one operand and makes none, so no operator can read after it")
+            if op.type == TUPLE:
+                if ins == 0 or outs != 1:
+                    raise GraphError(f"{where} has {ins} input(s) and {outs} output(s); a tuple bundles at least "
+                                     f"one operand into one")
+                reader = next((c for c in op.output_operand.consumers if c.type not in (OUTPUT, TUPLE)), None)
+                if reader is not None:
+                    raise GraphError(f"{where} is read by {reader.type} operator '{reader.name}' (line "
+                                     f"{reader.line}); only pnnx.Output unpacks a tuple")
+        if not any(op.type == OUTPUT for op in self.operators):
+            last = f"{self.operators[-1].line}" if self.operators else "2"
+            raise GraphError(f"{self.param_path}:{last}: the graph has no pnnx.Output, so forward would return "
+                             f"nothing")
 
     def missing_types(self) -> dict:
         """{PNNX type: [operator names]} for every type this model needs that no layer implements."""
@@ -147,7 +178,9 @@ class RuntimeGraph:
         return missing
 
     # ---- build: layers, order, fusion, first plan ---------------------------------------------------
-    def build(self) -> "RuntimeGraph":
+    def build(self, allocate: bool = True) -> "RuntimeGraph":
+        """allocate=False checks the shapes inferred at the recorded input shapes but makes no plan, so that
+        the memory limit does not apply: for looking at a model (`kuiper inspect`), not running it."""
         if self.state == GraphState.NEED_INIT:
             self.init()
         if self.state == GraphState.COMPLETE:
@@ -163,6 +196,8 @@ class RuntimeGraph:
                 op.layer = self.custom_ops.make_layer(op)
             elif op.type not in STRUCTURAL:
                 op.layer = self.executor.make_layer(op)
+            if op.layer is not None:
+                op.layer.check_params_read()
         self.unfused_order = self._schedule()
         if self.executor.fuses:
             ends = {o.name for o in self.output_operands} | {op.output_operand.name for op in self.input_operators}
@@ -173,7 +208,12 @@ class RuntimeGraph:
         recorded = [op.output_operand.shape for op in self.input_operators]
         if all(s is not None and all(isinstance(d, int) for d in s) for s in recorded):
             dtypes = [numpy_dtype(op.output_operand.dtype) for op in self.input_operators]
-            self._check_recorded(self._plan(list(zip(map(tuple, recorded), dtypes))))
+            signature = tuple(zip(map(tuple, recorded), dtypes))
+            plan = self._layout(signature)
+            self._check_recorded(plan)
+            if allocate:
+                self._check_memory(plan)
+                self._keep(signature, plan)
         self.state = GraphState.COMPLETE
         return self
 
@@ -215,23 +255,44 @@ class RuntimeGraph:
 
     # ---- plans: shapes and memory per input signature ----------------------------------------------
     def _plan(self, signature: list) -> ExecutionPlan:
-        """Infer every operand's shape for these (shape, dtype) inputs, lay out buffers by liveness and let
-        the backend place them and choose kernel variants."""
+        """The plan for these (shape, dtype) inputs: the kept one, else a new one, held to the memory limit
+        before anything is allocated."""
         key = tuple(signature)
         plan = self._plans.get(key)
         if plan is not None:
+            self._plans.move_to_end(key)
             return plan
+        plan = self._layout(signature)
+        self._check_memory(plan)
+        return self._keep(key, plan)
+
+    def _keep(self, key: tuple, plan: ExecutionPlan) -> ExecutionPlan:
+        """Let the backend place a checked plan's buffers and choose its kernel variants, and keep it, dropping
+        the least recently used plan first when max_plans are kept (first, so that the backend may reuse what
+        it gives back)."""
+        while len(self._plans) >= self.max_plans:
+            self.executor.release(self._plans.popitem(last=False)[1])
+        self.executor.prepare(plan, self.order)
+        self._plans[key] = plan
+        return plan
+
+    def _layout(self, signature: list) -> ExecutionPlan:
+        """Infer every operand's shape for these (shape, dtype) inputs and lay out buffers by liveness; nothing
+        is allocated."""
         shapes, dtypes = {}, {}
         for op, (shape, dtype) in zip(self.input_operators, signature):
-            shapes[op.output_operand.name] = shape
+            shapes[op.output_operand.name] = self._checked(op, op.output_operand, shape)
             dtypes[op.output_operand.name] = dtype
         for op in self.order:
             if op.layer is None:
                 continue
             out_shapes = op.layer.output_shapes([shapes[o.name] for o in op.input_operands])
             out_dtypes = op.layer.output_dtypes([dtypes[o.name] for o in op.input_operands])
+            if len(out_shapes) != len(op.output_operands):
+                raise ShapeError(f"{self.param_path}:{op.line}: {op.type} operator '{op.name}' makes "
+                                 f"{len(out_shapes)} output(s), the file lists {len(op.output_operands)}")
             for operand, shape, dtype in zip(op.output_operands, out_shapes, out_dtypes):
-                shapes[operand.name] = tuple(int(d) for d in shape)
+                shapes[operand.name] = self._checked(op, operand, shape)
                 dtypes[operand.name] = np.dtype(dtype)
         aliases = {}
         for op in self.order:
@@ -245,11 +306,17 @@ class RuntimeGraph:
                                      f"input's {_fmt(shapes[source.name])}")
                 aliases[operand.name] = source.name
         graph_outputs = {o.name for o in self.output_operands}
-        plan = ExecutionPlan(shapes, dtypes, lifetimes(self.order, shapes, dtypes, graph_outputs, self.executor.device),
+        return ExecutionPlan(shapes, dtypes, lifetimes(self.order, shapes, dtypes, graph_outputs, self.executor.device),
                              aliases)
-        self.executor.prepare(plan, self.order)
-        self._plans[key] = plan
-        return plan
+
+    def _checked(self, op: RuntimeOperator, operand: RuntimeOperand, shape) -> tuple:
+        """`shape` as a tuple of ints, refused when a dim is not positive: kuiper's layers run no empty tensors
+        (a batch of 0 included), and a corrupt parameter can make a layer infer a negative size."""
+        shape = tuple(shape)
+        if not all(isinstance(d, (int, np.integer)) and d >= 1 for d in shape):
+            raise ShapeError(f"{self.param_path}:{op.line}: {op.type} operator '{op.name}' makes operand "
+                             f"{operand.name} of shape {_fmt(shape)}; every dim must be at least 1")
+        return tuple(int(d) for d in shape)
 
     def _check_recorded(self, plan: ExecutionPlan) -> None:
         """At the recorded input shapes, every inferred shape must equal the `#` shape in the file."""
@@ -264,41 +331,80 @@ class RuntimeGraph:
                     f"{shape} for operand {name}, the file records {tuple(recorded)}"
                 )
 
-    def _signature(self, inputs: tuple) -> list:
-        """Check the arrays given to forward against the graph inputs; return their (shape, dtype) list."""
-        if len(inputs) != len(self.input_operators):
-            raise InputError(
-                f"{self.param_path}: the graph takes {len(self.input_operators)} input(s), "
-                f"forward was given {len(inputs)}"
-            )
-        arrays, signature = [], []
+    @property
+    def memory_limit(self) -> int:
+        """The most bytes one plan may ask for (runtime/memory.py): memory_limit=, KUIPER_MEMORY_LIMIT, or half
+        of what the process may still use."""
+        return self._memory_limit or memory.default_limit()
+
+    def planned_bytes(self, plan: ExecutionPlan) -> int:
+        """What forward allocates at the plan's shapes: its pooled buffers and, on the host, the graph outputs
+        (new arrays each forward, for the caller to keep) and the layers' work buffers (Layer.workspace_bytes):
+        all those layers keep, and the largest of the temporary ones."""
+        if self.executor.device:
+            return plan.pooled_bytes
+        outputs = sum(plan.nbytes(o.name) for o in self.output_operands)
+        kept, temporary = 0, 0
+        for op in self.order:
+            if op.layer is not None:
+                work = op.layer.workspace_bytes([plan.shapes[o.name] for o in op.input_operands])
+                kept, temporary = (kept + work, temporary) if op.layer.keeps_workspace else (kept, max(temporary, work))
+        return plan.pooled_bytes + outputs + kept + temporary
+
+    def _check_memory(self, plan: ExecutionPlan) -> None:
+        needed, limit = self.planned_bytes(plan), self.memory_limit
+        if needed <= limit:
+            return
+        name = max((n for n in plan.shapes if self.operands[n].producer.type != INPUT), key=plan.nbytes,
+                   default=next(iter(plan.shapes)))
+        op = self.operands[name].producer
+        inputs = ", ".join(_fmt(plan.shapes[o.output_operand.name]) for o in self.input_operators)
+        raise MemoryLimitError(
+            f"{self.param_path}:{op.line}: {op.type} operator '{op.name}' makes {name} of shape "
+            f"{_fmt(plan.shapes[name])} ({memory.format_bytes(plan.nbytes(name))}), and at input shape(s) {inputs} "
+            f"the plan needs {memory.format_bytes(needed)}, over the memory limit of {memory.format_bytes(limit)} "
+            f"(memory_limit=, {memory.ENV})"
+        )
+
+    def _check_count(self, given: int, caller: str) -> None:
+        if given != len(self.input_operators):
+            raise InputError(f"{self.param_path}: the graph takes {len(self.input_operators)} input(s), "
+                             f"{caller} was given {given}")
+
+    def _signature(self, inputs: tuple) -> tuple:
+        """Check the arrays given to forward against the graph inputs; return them and their plan (a ShapeError
+        on the way reported as the inputs' error)."""
+        self._check_count(len(inputs), "forward")
+        arrays = []
         for op, x in zip(self.input_operators, inputs):
             if isinstance(x, Tensor):
                 x = x.data
-            expected = op.output_operand.shape
-            where = f"graph input '{op.name}' (operand {op.output_operand.name})"
             if not isinstance(x, np.ndarray):
-                raise InputError(f"{where}: expected a numpy array, got {type(x).__name__}")
+                raise InputError(f"{_where(op)}: expected a numpy array, got {type(x).__name__}")
             if x.dtype != np.float32:
                 if x.dtype not in (np.float64, np.float16):
-                    raise InputError(f"{where}: expected float32 data, got {x.dtype}")
-                warnings.warn(f"{where}: {x.dtype} input converted to float32", KuiperWarning, stacklevel=3)
+                    raise InputError(f"{_where(op)}: expected float32 data, got {x.dtype}")
+                warnings.warn(f"{_where(op)}: {x.dtype} input converted to float32", KuiperWarning, stacklevel=3)
                 x = x.astype(np.float32)
             if not x.flags.c_contiguous:
-                raise InputError(f"{where}: the array is not C-contiguous (use np.ascontiguousarray)")
-            if expected is not None and len(expected) != x.ndim:
-                raise InputError(f"{where}: expected shape {_fmt(expected)}, given {_fmt(x.shape)} (wrong rank)")
+                raise InputError(f"{_where(op)}: the array is not C-contiguous (use np.ascontiguousarray)")
             arrays.append(x)
-            signature.append((tuple(x.shape), x.dtype))
+        signature = [(tuple(x.shape), x.dtype) for x in arrays]
+        self._check_ranks(signature)
         try:
-            plan = self._plan(signature)
+            return arrays, self._plan(signature)
         except ShapeError as e:
             described = "; ".join(
                 f"'{op.name}' expected {_fmt(op.output_operand.shape)}, given {_fmt(shape)}"
                 for op, (shape, _) in zip(self.input_operators, signature)
             )
             raise InputError(f"graph input shapes do not fit ({described}): {e}") from None
-        return arrays, plan
+
+    def _check_ranks(self, signature: list) -> None:
+        for op, (shape, _) in zip(self.input_operators, signature):
+            expected = op.output_operand.shape
+            if expected is not None and len(expected) != len(shape):
+                raise InputError(f"{_where(op)}: expected shape {_fmt(expected)}, given {_fmt(shape)} (wrong rank)")
 
     # ---- forward ------------------------------------------------------------------------------------
     def forward(self, *inputs, trace: bool = False, profile: bool = False) -> list:
@@ -343,17 +449,37 @@ class RuntimeGraph:
         self.last_trace.append(line)
         print(line)
 
-    # ---- information --------------------------------------------------------------------------------
+    # ---- plans and information ------------------------------------------------------------------------
     @property
-    def plans(self) -> dict:
-        """The execution plans made so far, keyed by input signature ((shape, dtype) per input)."""
-        return dict(self._plans)
+    def plans(self):
+        """The execution plans kept, keyed by input signature ((shape, dtype) per input), the least recently
+        used first: a read-only view (`clear_plans()` drops them)."""
+        return types.MappingProxyType(self._plans)
+
+    def clear_plans(self) -> None:
+        """Drop every plan, its buffers going back to the backend, and the tensors the last forward left in the
+        operands; the next forward plans anew."""
+        while self._plans:
+            self.executor.release(self._plans.popitem(last=False)[1])
+        for operand in self.operands.values():
+            operand.tensor = None
 
     def plan_for(self, *shapes) -> ExecutionPlan:
-        """The execution plan (shapes, buffers) for float32 inputs of these shapes."""
+        """The execution plan (shapes, buffers) for float32 inputs of these shapes, kept like forward's."""
+        return self._plan(self._float32(shapes, "plan_for"))
+
+    def layout_for(self, *shapes) -> ExecutionPlan:
+        """The plan for float32 inputs of these shapes as a layout only: every shape inferred and the buffers'
+        sizes laid out (`planned_bytes`), but nothing allocated, kept or held to the memory limit."""
+        return self._layout(self._float32(shapes, "layout_for"))
+
+    def _float32(self, shapes, caller: str) -> list:
         if self.state != GraphState.COMPLETE:
             raise GraphError(f"{self.param_path}: build() the graph first")
-        return self._plan([(tuple(s), np.dtype(np.float32)) for s in shapes])
+        self._check_count(len(shapes), caller)
+        signature = [(tuple(s), np.dtype(np.float32)) for s in shapes]
+        self._check_ranks(signature)
+        return signature
 
     def __repr__(self):
         return f"RuntimeGraph({Path(self.param_path).name}, {len(self.operators)} operators, {self.state.name})"
@@ -365,7 +491,24 @@ def _fmt(shape) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
 
 
+def _where(op: RuntimeOperator) -> str:
+    return f"graph input '{op.name}' (operand {op.output_operand.name})"
+
+
+def _unpack(operands: list) -> list:
+    """The operands with every tuple replaced by its parts, in order, however deeply tuples nest."""
+    flat, pending = [], list(reversed(operands))
+    while pending:
+        operand = pending.pop()
+        if operand.producer is not None and operand.producer.type == TUPLE:
+            pending += reversed(operand.producer.input_operands)
+        else:
+            flat.append(operand)
+    return flat
+
+
 def load(param_path, bin_path=None, backend: str = "numpy", **options) -> RuntimeGraph:
     """Read, link and build a model in one call (options: device, schedule, tuning for the opencl backend;
-    custom_ops, config files or directories of custom operators)."""
+    custom_ops, config files or directories of custom operators; memory_limit, the most bytes one plan may
+    ask for; max_plans, how many plans the graph keeps)."""
     return RuntimeGraph(param_path, bin_path, backend=backend, **options).build()

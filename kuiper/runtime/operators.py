@@ -147,4 +147,5 @@ def make_layer(type: str, fast: bool = False, **kwargs):
 
     op = make_operator(type, **kwargs)
     op.layer = ((fast and fast_class(type)) or layer_class(type, op.name))(op)
+    op.layer.check_params_read()
     return op.layer

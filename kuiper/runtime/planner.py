@@ -83,7 +83,8 @@ def _take(free: list, slot_sizes: list, size: int) -> int:
 class ExecutionPlan:
     """Everything forward needs for one set of input shapes: every operand's shape and dtype, the buffers
     laid out by liveness, the kernel variants chosen, and the waits a buffer's reuse needs. The backend gives
-    the plan its buffers (`place`): numpy arrays or OpenCL buffers from the pool, one per slot.
+    the plan its buffers (`place`): numpy arrays or OpenCL buffers from the pool, one per slot. Until then the
+    plan is only a layout, its sizes known and nothing allocated (what the memory limit is checked against).
 
     `aliases` ({operand name: operand name}) are the outputs of operators that work in place: they get no
     buffer of their own but the tensor of the operand they overwrite."""
@@ -112,9 +113,13 @@ class ExecutionPlan:
     def pooled_bytes(self) -> int:
         return self.assignment.total_bytes
 
+    def nbytes(self, name: str) -> int:
+        """The bytes of operand `name` at this plan's shapes."""
+        return math.prod(self.shapes[name]) * self.dtypes[name].itemsize
+
     def unpooled_bytes(self) -> int:
         """What the same operands would take with one buffer each (the baseline: no planning, nothing in place)."""
-        return sum(t.nbytes for t in self.tensors.values())
+        return sum(life.size for life in self.lifetimes) + sum(self.nbytes(name) for name in self.aliases)
 
 
 def lifetimes(order: list, shapes: dict, dtypes: dict, graph_outputs: set, device: bool) -> list:

@@ -131,8 +131,8 @@ def test_cli_threads_option(capsys, monkeypatch):
     from kuiper import cli
 
     monkeypatch.setattr(threads, "_count", None)
-    assert cli.main(["run", "--threads", "0"]) == 1
-    assert "set_num_threads needs a positive integer" in capsys.readouterr().err
+    assert cli.main(["run", "--threads", "0"]) == 2  # a usage error, refused by argparse
+    assert "argument --threads: 0 is not at least 1" in capsys.readouterr().err
     assert cli.main(["run", "--threads", "1"]) == 0
     assert "numpy, 1 thread(s)" in capsys.readouterr().out
 

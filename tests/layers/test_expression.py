@@ -279,3 +279,16 @@ def test_bitwise_functions_refuse_float_inputs():
                                         ("sub(@0,@1)", False), ("add(@0,mul(@1,2))", False), ("add(@0,2)", False)])
 def test_which_expressions_are_a_plain_sum_of_both_inputs(expr, sums):
     assert expression(expr, (2, 3), (2, 3)).adds_two_inputs is sums
+
+
+def test_the_parser_refuses_nesting_past_the_readers_limit():
+    from kuiper.pnnx.reader import MAX_EXPRESSION_DEPTH
+
+    deepest = "neg(" * MAX_EXPRESSION_DEPTH + "@0" + ")" * MAX_EXPRESSION_DEPTH
+    layer = make_layer("pnnx.Expression", params={"expr": deepest}, input_shapes=[(3,)])
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(layer.run_numpy(x)[0], x)  # an even number of negations
+    # a hand-made operator does not pass the reader: the parser keeps to the limit itself
+    with pytest.raises(LayerError, match=rf"malformed expr='neg\(neg.*\.\.\.': calls nest more than "
+                                         rf"{MAX_EXPRESSION_DEPTH} deep"):
+        make_layer("pnnx.Expression", params={"expr": "neg(" + deepest + ")"}, input_shapes=[(3,)])

@@ -175,3 +175,10 @@ def test_edge_values_match_numpy(cl_runtime, name, a, b):
         (expected,) = layer.run_numpy(*args)
     (got,) = layer.run_opencl(cl_runtime, *args)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
+
+
+def test_the_deepest_expression_the_reader_takes_builds_on_opencl(cl_runtime):
+    from kuiper.pnnx.reader import MAX_EXPRESSION_DEPTH
+
+    layer = expression("neg(" * MAX_EXPRESSION_DEPTH + "@0" + ")" * MAX_EXPRESSION_DEPTH, (3, 4))
+    assert_opencl_matches_numpy(layer, cl_runtime, rand(3, 4))

@@ -203,3 +203,22 @@ def test_zip64_store_with_damaged_extra(files):
     with pytest.raises(PnnxFormatError) as info:
         load(param)
     _assert_names(info.value, "[member fc.weight]")
+
+
+def deep(depth: int) -> str:
+    return "neg(" * depth + "@0" + ")" * depth
+
+
+def test_expressions_nested_past_the_limit_are_refused_with_file_line_and_operator(files):
+    from kuiper.pnnx.reader import MAX_EXPRESSION_DEPTH
+
+    line = "pnnx.Expression          e                        1 1 2 3 expr={} #2=(1,2)f32\npnnx.Output"
+    text = TINY_PARAM.replace("4 3", "5 4").replace("pnnx.Output              out                      1 0 2",
+                                                   line.format(deep(MAX_EXPRESSION_DEPTH)) + " out 1 0 3")
+    load(files.param(text), files.bin(TINY_MEMBERS))  # at the limit: read
+    # the 1,000-deep expression hit Python's recursion limit in the parser
+    for depth in (MAX_EXPRESSION_DEPTH + 1, 1000, 100_000):
+        path = files.param(text.replace(deep(MAX_EXPRESSION_DEPTH), deep(depth)))
+        with pytest.raises(PnnxFormatError, match=rf"m.pnnx.param:6: operator e: expr: calls nest {depth} deep, "
+                                                  rf"over kuiper's limit of {MAX_EXPRESSION_DEPTH}"):
+            load(path, files.bin(TINY_MEMBERS))

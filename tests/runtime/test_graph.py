@@ -9,6 +9,8 @@ import kuiper
 from kuiper import BackendError, GraphError, GraphState, InputError, UnsupportedOperatorError
 from kuiper.opencl.devices import spec_of
 
+from conftest import MODELS
+
 # x -> relu -> a;  x -> neg -> b;  add(a, b) -> c;  cat(c, a) -> d
 BRANCHY = """7767517
 6 5
@@ -307,3 +309,102 @@ def test_sums_fuse_into_the_producer_of_an_input_only_they_read(tmp_path):
         e = conv("c5", x)
         expected = np.tanh(np.concatenate([e + conv("c3", t) + conv("c4", t), e], axis=1))
         np.testing.assert_allclose(g.forward(x)[0], expected, rtol=1e-5, atol=1e-6)
+
+
+# ---- what the issue's fuzzer found: graph shapes, empty tensors, unknown parameters --------------------
+def write_param(tmp_path, text, name="g"):
+    path = tmp_path / f"{name}.pnnx.param"
+    path.write_text(text)
+    return path
+
+
+NESTED = """7767517
+6 5
+pnnx.Input               in0     0 1 x #x=(1,2)f32
+nn.ReLU                  r       1 1 x a #a=(1,2)f32
+nn.Tanh                  t       1 1 x b #b=(1,2)f32
+prim::TupleConstruct     inner   2 1 a b ab
+prim::TupleConstruct     outer   2 1 ab x all
+pnnx.Output              out     1 0 all
+"""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "reference"])
+def test_nested_tuples_are_unpacked_in_order(tmp_path, backend):
+    g = kuiper.load(write_param(tmp_path, NESTED), backend=backend)
+    x = np.array([[-1.0, 2.0]], np.float32)
+    relu, tanh, same = g.forward(x)
+    np.testing.assert_allclose(relu, [[0.0, 2.0]])
+    np.testing.assert_allclose(tanh, np.tanh(x), rtol=1e-6)
+    np.testing.assert_array_equal(same, x)
+
+
+@pytest.mark.parametrize("edit, message", [
+    # a tuple read by a layer: forward would hand the layer a Python tuple
+    (lambda t: t.replace("pnnx.Output              out     1 0 all", "nn.ReLU r2 1 1 ab c\npnnx.Output out 1 0 c")
+     .replace("6 5", "7 6"),
+     r"g.pnnx.param:6: prim::TupleConstruct operator 'inner' is read by nn.ReLU operator 'r2' \(line 8\); "
+     r"only pnnx.Output unpacks a tuple"),
+    # an output whose output operand an operator reads
+    (lambda t: t.replace("pnnx.Output              out     1 0 all", "pnnx.Output out 1 1 all o\nnn.ReLU r2 1 1 o c")
+     .replace("6 5", "7 7"),
+     r"g.pnnx.param:8: pnnx.Output operator 'out' has 1 input\(s\) and 1 output\(s\); a graph output reads at "
+     r"least one operand and makes none"),
+    # no output: forward would return []
+    (lambda t: t.replace("pnnx.Output              out     1 0 all\n", "").replace("6 5", "5 5"),
+     r"g.pnnx.param:7: the graph has no pnnx.Output, so forward would return nothing"),
+    # an input with an input
+    (lambda t: t.replace("pnnx.Input               in0     0 1 x", "pnnx.Input in0 0 1 x\npnnx.Input in1 1 1 x y")
+     .replace("6 5", "7 6"),
+     r"g.pnnx.param:4: pnnx.Input operator 'in1' has 1 input\(s\) and 1 output\(s\); a graph input has 0 and 1"),
+])
+def test_graph_shapes_forward_cannot_run_are_refused_at_load_with_file_and_line(tmp_path, edit, message):
+    with pytest.raises(GraphError, match=message):
+        kuiper.load(write_param(tmp_path, edit(NESTED)))
+
+
+def test_a_layer_making_fewer_outputs_than_the_file_lists_is_refused(tmp_path):
+    text = NESTED.replace("nn.Tanh                  t       1 1 x b #b=(1,2)f32", "nn.Tanh t 1 2 x b b2")
+    with pytest.raises(kuiper.ShapeError, match=r"g.pnnx.param:5: nn.Tanh operator 't' makes 1 output\(s\), the "
+                                                r"file lists 2"):
+        kuiper.load(write_param(tmp_path, text.replace("6 5", "6 6")), backend="reference")
+
+
+RELU_ONLY = """7767517
+3 2
+pnnx.Input               in0     0 1 x #x=(2,3)f32
+nn.ReLU                  relu    1 1 x y #y=(2,3)f32
+pnnx.Output              out     1 0 y
+"""
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (2, 0)])
+def test_empty_inputs_are_input_errors_on_every_model(tmp_path, shape):
+    # a ReLU-only model used to return an empty array where a convolution failed with numpy's ValueError
+    relu = kuiper.load(write_param(tmp_path, RELU_ONLY))
+    with pytest.raises(InputError, match=r"pnnx.Input operator 'in0' makes operand x of shape \((0,3|2,0)\); "
+                                         r"every dim must be at least 1"):
+        relu.forward(np.zeros(shape, np.float32))
+    conv = kuiper.load(MODELS / "conv_zoo" / "conv_zoo.pnnx.param")
+    with pytest.raises(InputError, match=r"given \(0,3,15,17\)"):
+        conv.forward(np.zeros((0, 3, 15, 17), np.float32))
+
+
+def test_an_empty_recorded_input_is_refused_at_build(tmp_path):
+    with pytest.raises(kuiper.ShapeError, match=r"g.pnnx.param:3: pnnx.Input operator 'in0' makes operand x of "
+                                                r"shape \(0,3\)"):
+        kuiper.load(write_param(tmp_path, RELU_ONLY.replace("(2,3)", "(0,3)")))
+
+
+def test_unknown_parameters_are_layer_errors(tmp_path):
+    text = RELU_ONLY.replace("nn.ReLU                  relu    1 1 x y", "nn.ReLU relu 1 1 x y frobnicate=7 inplace=maybe")
+    for backend in ("numpy", "reference"):
+        with pytest.raises(kuiper.LayerError, match=r"nn.ReLU operator 'relu': unknown parameter\(s\) frobnicate, "
+                                                    r"inplace \(this layer reads: none\)"):
+            kuiper.load(write_param(tmp_path, text), backend=backend)
+
+
+def test_dropouts_options_are_harmless_at_inference(tmp_path):
+    text = RELU_ONLY.replace("nn.ReLU                  relu    1 1 x y", "F.dropout drop 1 1 x y p=0.5 training=False")
+    (y,) = kuiper.load(write_param(tmp_path, text)).forward(np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(y, 1.0)
