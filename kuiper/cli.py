@@ -235,7 +235,7 @@ def _inputs_for(graph, param: Path, args):
         shape = op.output_operand.shape
         if shape is None or not all(isinstance(d, int) for d in shape):
             raise CliError(f"input '{op.name}' has no fixed shape in the .param: give --input")
-        shape = (args.batch or shape[0],) + tuple(shape[1:])  # --batch is at least 1 (_positive)
+        shape = (args.batch or shape[0],) + tuple(shape[1:])
         inputs.append(rng.standard_normal(shape, dtype=np.float32))
     return inputs, None
 

@@ -4,6 +4,8 @@ SplitLayer holds what every cutting layer shares (chunk.py uses it too); a subcl
 each piece is.
 """
 
+import itertools
+
 import numpy as np
 
 from kuiper.layers.base import Layer
@@ -12,9 +14,9 @@ from kuiper.layers.reshape import dim_index
 from kuiper.layers.strided import StridedCopy
 
 
-def equal_pieces(length: int, size: int) -> list:
+def equal_pieces(length: int, size: int):
     """Pieces of `size` along a dim of `length`; the last one is shorter when size does not divide it."""
-    return [min(size, length - start) for start in range(0, length, size)]
+    return (min(size, length - start) for start in range(0, length, size))
 
 
 class SplitLayer(Layer):
@@ -22,18 +24,21 @@ class SplitLayer(Layer):
         super().__init__(op)
         self.dim = self.int_param("dim", 0)
 
-    def sizes(self, length: int) -> list:
-        """The length of each piece when the dim being cut has `length` elements."""
+    def sizes(self, length: int):
+        """The length of each piece when the dim being cut has `length` elements, as an iterable: read only
+        as far as the operator has outputs (a corrupt size could make billions of pieces)."""
         raise NotImplementedError(f"{type(self).__name__} must implement sizes")
 
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])
         axis = dim_index(self, self.dim, len(shape))
-        sizes = self.sizes(shape[axis])
+        outputs = len(self.op.output_operands)
+        sizes = list(itertools.islice(self.sizes(shape[axis]), outputs + 1))
         # the graph fixed the number of outputs at export; an input that cuts into another count cannot run
-        if len(sizes) != len(self.op.output_operands):
-            raise self.shape_error(f"cuts dim {self.dim} of a {shape} input into {len(sizes)} pieces, "
-                                   f"the operator has {len(self.op.output_operands)} outputs")
+        if len(sizes) != outputs:
+            count = f"more than {outputs}" if len(sizes) > outputs else len(sizes)
+            raise self.shape_error(f"cuts dim {self.dim} of a {shape} input into {count} pieces, "
+                                   f"the operator has {outputs} outputs")
         return [shape[:axis] + (size,) + shape[axis + 1:] for size in sizes]
 
     def forward_numpy(self, inputs, outputs):
@@ -96,7 +101,7 @@ class TensorSplit(SplitLayer):
     def sizes(self, length):
         if self.sections is not None:
             small, longer = divmod(length, self.sections)
-            return [small + 1] * longer + [small] * (self.sections - longer)
+            return (small + (k < longer) for k in range(self.sections))
         # an index past the end cuts at the end, leaving empty pieces
         bounds = [min(i, length) for i in (0, *self.indices, length)]
         return [b - a for a, b in zip(bounds, bounds[1:])]

@@ -2,18 +2,20 @@
 
 States, as in KuiperInfer:  NEED_INIT --init()--> NEED_BUILD --build()--> COMPLETE --forward()...
 
-  init()    reads the .param/.bin records and links operators, operands and successors.
+  init()    reads the .param/.bin records, links operators, operands and successors, and checks what forward
+            relies on (graph inputs and outputs, tuples).
   build()   creates one layer per operator (checking its parameters), fixes the execution order by a
             dry run of the BFS below (so a graph that can never finish fails here, not in forward), lets
             the fusion pass rewrite the operator list (runtime/fusion.py), and plans memory for the input
             shapes recorded in the file.
-  A plan (shapes and buffers for one set of input shapes) is checked before anything is allocated: its
-  shapes against the `#` shapes the file records, its bytes against the memory limit (runtime/memory.py).
-  The graph keeps the last `max_plans` plans it used (MAX_PLANS by default), dropping the least recently
-  used one first; `clear_plans()` drops them all.
   forward() runs the BFS: pop a ready operator, run its layer, then for each successor bump its meet_num
             by the input slots the finished operator fed, the output tensor handed over by reference, and
             enqueue the successor once meet_num equals its number of inputs.
+
+A plan (shapes and buffers for one set of input shapes) is checked before anything is allocated: its shapes
+against the `#` shapes the file records, its bytes against the memory limit (runtime/memory.py). The graph
+keeps the last `max_plans` plans it used (MAX_PLANS by default), dropping the least recently used first;
+`clear_plans()` drops them all.
 
 What differs between backends (numpy, reference, opencl) sits behind an executor (runtime/executor.py);
 memory planning is runtime/planner.py.
