@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 import types
-import warnings
 from collections import OrderedDict, deque
 from enum import IntEnum
 from pathlib import Path
@@ -34,22 +33,17 @@ import numpy as np
 
 from kuiper import pnnx
 from kuiper.custom import CustomOps
-from kuiper.errors import (
-    BackendError, ConfigError, GraphError, InputError, KuiperWarning, MemoryLimitError, ShapeError,
-    UnsupportedOperatorError,
-)
+from kuiper.errors import BackendError, ConfigError, GraphError, ShapeError, UnsupportedOperatorError
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.tuning import tuning_mode
-from kuiper.runtime import fusion, memory
+from kuiper.runtime import checks, fusion, memory
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
-from kuiper.runtime.operators import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype
+from kuiper.runtime.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
+    INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype,
+)
 from kuiper.runtime.opencl_executor import OpenCLExecutor
-from kuiper.runtime.planner import ExecutionPlan, lifetimes
-from kuiper.tensor import Tensor
+from kuiper.runtime.planner import ExecutionPlan, layout
 
-INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
-#: operators the graph itself handles: they move tensors around but compute nothing
-STRUCTURAL = frozenset({INPUT, OUTPUT, TUPLE})
 BACKENDS = ("numpy", "reference", "opencl")
 SCHEDULES = ("inorder", "levels")
 #: how many execution plans a graph keeps by default: enough for the few batch sizes and image sizes a service
@@ -139,37 +133,12 @@ class RuntimeGraph:
             for operand in op.output_operands:
                 successors += [c for c in operand.consumers if c not in successors]
             op.successors = successors
-        self._check_structure()
+        checks.structure(self.operators, self.param_path)
         self.input_operators = [op for op in self.operators if op.type == INPUT]
         self.output_operands = [operand for op in self.operators if op.type == OUTPUT
-                                for operand in _unpack(op.input_operands)]
+                                for operand in checks.unpack(op.input_operands)]
         self.state = GraphState.NEED_BUILD
         return self
-
-    def _check_structure(self) -> None:
-        """What pnnx's writer guarantees and the graph relies on: a pnnx.Input reads nothing and makes one
-        operand, a pnnx.Output reads operands and makes none, only pnnx.Output and other tuples read a
-        prim::TupleConstruct's tuple (they unpack it), and some pnnx.Output says what forward returns."""
-        for op in self.operators:
-            where = f"{self.param_path}:{op.line}: {op.type} operator '{op.name}'"
-            ins, outs = len(op.input_operands), len(op.output_operands)
-            if op.type == INPUT and (ins, outs) != (0, 1):
-                raise GraphError(f"{where} has {ins} input(s) and {outs} output(s); a graph input has 0 and 1")
-            if op.type == OUTPUT and (ins == 0 or outs):
-                raise GraphError(f"{where} has {ins} input(s) and {outs} output(s); a graph output reads at least "
-                                 f"one operand and makes none, so no operator can read after it")
-            if op.type == TUPLE:
-                if ins == 0 or outs != 1:
-                    raise GraphError(f"{where} has {ins} input(s) and {outs} output(s); a tuple bundles at least "
-                                     f"one operand into one")
-                reader = next((c for c in op.output_operand.consumers if c.type not in (OUTPUT, TUPLE)), None)
-                if reader is not None:
-                    raise GraphError(f"{where} is read by {reader.type} operator '{reader.name}' (line "
-                                     f"{reader.line}); only pnnx.Output unpacks a tuple")
-        if not any(op.type == OUTPUT for op in self.operators):
-            last = f"{self.operators[-1].line}" if self.operators else "2"
-            raise GraphError(f"{self.param_path}:{last}: the graph has no pnnx.Output, so forward would return "
-                             f"nothing")
 
     def missing_types(self) -> dict:
         """{PNNX type: [operator names]} for every type this model needs that no layer implements."""
@@ -212,7 +181,7 @@ class RuntimeGraph:
             dtypes = [numpy_dtype(op.output_operand.dtype) for op in self.input_operators]
             signature = tuple(zip(map(tuple, recorded), dtypes))
             plan = self._layout(signature)
-            self._check_recorded(plan)
+            checks.recorded_shapes(plan, self.operands, self.param_path)
             if allocate:
                 self._check_memory(plan)
                 self._keep(signature, plan)
@@ -283,7 +252,7 @@ class RuntimeGraph:
         is allocated."""
         shapes, dtypes = {}, {}
         for op, (shape, dtype) in zip(self.input_operators, signature):
-            shapes[op.output_operand.name] = self._checked(op, op.output_operand, shape)
+            shapes[op.output_operand.name] = checks.positive_shape(self.param_path, op, op.output_operand, shape)
             dtypes[op.output_operand.name] = dtype
         for op in self.order:
             if op.layer is None:
@@ -294,44 +263,10 @@ class RuntimeGraph:
                 raise ShapeError(f"{self.param_path}:{op.line}: {op.type} operator '{op.name}' makes "
                                  f"{len(out_shapes)} output(s), the file lists {len(op.output_operands)}")
             for operand, shape, dtype in zip(op.output_operands, out_shapes, out_dtypes):
-                shapes[operand.name] = self._checked(op, operand, shape)
+                shapes[operand.name] = checks.positive_shape(self.param_path, op, operand, shape)
                 dtypes[operand.name] = np.dtype(dtype)
-        aliases = {}
-        for op in self.order:
-            for operand in op.output_operands:
-                source = operand.overwrites
-                if source is None:
-                    continue
-                if shapes[operand.name] != shapes[source.name]:
-                    raise ShapeError(f"{self.param_path}: '{op.name}' writes over its input '{source.name}', but at "
-                                     f"these input shapes its output {_fmt(shapes[operand.name])} differs from that "
-                                     f"input's {_fmt(shapes[source.name])}")
-                aliases[operand.name] = source.name
-        graph_outputs = {o.name for o in self.output_operands}
-        return ExecutionPlan(shapes, dtypes, lifetimes(self.order, shapes, dtypes, graph_outputs, self.executor.device),
-                             aliases)
-
-    def _checked(self, op: RuntimeOperator, operand: RuntimeOperand, shape) -> tuple:
-        """`shape` as a tuple of ints, refused when a dim is not positive: kuiper's layers run no empty tensors
-        (a batch of 0 included), and a corrupt parameter can make a layer infer a negative size."""
-        shape = tuple(shape)
-        if not all(isinstance(d, (int, np.integer)) and d >= 1 for d in shape):
-            raise ShapeError(f"{self.param_path}:{op.line}: {op.type} operator '{op.name}' makes operand "
-                             f"{operand.name} of shape {_fmt(shape)}; every dim must be at least 1")
-        return tuple(int(d) for d in shape)
-
-    def _check_recorded(self, plan: ExecutionPlan) -> None:
-        """At the recorded input shapes, every inferred shape must equal the `#` shape in the file."""
-        for name, shape in plan.shapes.items():
-            recorded = self.operands[name].shape
-            if recorded is None or not all(isinstance(d, int) for d in recorded):
-                continue
-            if tuple(recorded) != shape:
-                producer = self.operands[name].producer
-                raise ShapeError(
-                    f"{self.param_path}:{producer.line}: {producer.type} operator '{producer.name}' infers shape "
-                    f"{shape} for operand {name}, the file records {tuple(recorded)}"
-                )
+        return layout(self.order, shapes, dtypes, {o.name for o in self.output_operands}, self.executor.device,
+                      self.param_path)
 
     @property
     def memory_limit(self) -> int:
@@ -340,73 +275,20 @@ class RuntimeGraph:
         return self._memory_limit or memory.default_limit()
 
     def planned_bytes(self, plan: ExecutionPlan) -> int:
-        """What forward allocates at the plan's shapes: its pooled buffers and, on the host, the graph outputs
-        (new arrays each forward, for the caller to keep) and the layers' work buffers (Layer.workspace_bytes):
-        all those layers keep, and the largest of the temporary ones."""
-        if self.executor.device:
-            return plan.pooled_bytes
-        outputs = sum(plan.nbytes(o.name) for o in self.output_operands)
-        kept, temporary = 0, 0
-        for op in self.order:
-            if op.layer is not None:
-                work = op.layer.workspace_bytes([plan.shapes[o.name] for o in op.input_operands])
-                kept, temporary = (kept + work, temporary) if op.layer.keeps_workspace else (kept, max(temporary, work))
-        return plan.pooled_bytes + outputs + kept + temporary
+        """What forward allocates at the plan's shapes (runtime/memory.py)."""
+        return memory.planned_bytes(plan, self.order, self.output_operands, self.executor.device)
 
     def _check_memory(self, plan: ExecutionPlan) -> None:
-        needed, limit = self.planned_bytes(plan), self.memory_limit
-        if needed <= limit:
-            return
-        name = max((n for n in plan.shapes if self.operands[n].producer.type != INPUT), key=plan.nbytes,
-                   default=next(iter(plan.shapes)))
-        op = self.operands[name].producer
-        inputs = ", ".join(_fmt(plan.shapes[o.output_operand.name]) for o in self.input_operators)
-        raise MemoryLimitError(
-            f"{self.param_path}:{op.line}: {op.type} operator '{op.name}' makes {name} of shape "
-            f"{_fmt(plan.shapes[name])} ({memory.format_bytes(plan.nbytes(name))}), and at input shape(s) {inputs} "
-            f"the plan needs {memory.format_bytes(needed)}, over the memory limit of {memory.format_bytes(limit)} "
-            f"(memory_limit=, {memory.ENV})"
-        )
-
-    def _check_count(self, given: int, caller: str) -> None:
-        if given != len(self.input_operators):
-            raise InputError(f"{self.param_path}: the graph takes {len(self.input_operators)} input(s), "
-                             f"{caller} was given {given}")
+        memory.check(plan, self.planned_bytes(plan), self.memory_limit, self.operands, self.input_operators,
+                     self.param_path)
 
     def _signature(self, inputs: tuple) -> tuple:
-        """Check the arrays given to forward against the graph inputs; return them and their plan (a ShapeError
-        on the way reported as the inputs' error)."""
-        self._check_count(len(inputs), "forward")
-        arrays = []
-        for op, x in zip(self.input_operators, inputs):
-            if isinstance(x, Tensor):
-                x = x.data
-            if not isinstance(x, np.ndarray):
-                raise InputError(f"{_where(op)}: expected a numpy array, got {type(x).__name__}")
-            if x.dtype != np.float32:
-                if x.dtype not in (np.float64, np.float16):
-                    raise InputError(f"{_where(op)}: expected float32 data, got {x.dtype}")
-                warnings.warn(f"{_where(op)}: {x.dtype} input converted to float32", KuiperWarning, stacklevel=3)
-                x = x.astype(np.float32)
-            if not x.flags.c_contiguous:
-                raise InputError(f"{_where(op)}: the array is not C-contiguous (use np.ascontiguousarray)")
-            arrays.append(x)
+        """Check the arrays given to forward against the graph inputs; return them and their plan."""
+        checks.input_count(self.input_operators, len(inputs), "forward", self.param_path)
+        arrays = checks.input_arrays(self.input_operators, inputs)
         signature = [(tuple(x.shape), x.dtype) for x in arrays]
-        self._check_ranks(signature)
-        try:
-            return arrays, self._plan(signature)
-        except ShapeError as e:
-            described = "; ".join(
-                f"'{op.name}' expected {_fmt(op.output_operand.shape)}, given {_fmt(shape)}"
-                for op, (shape, _) in zip(self.input_operators, signature)
-            )
-            raise InputError(f"graph input shapes do not fit ({described}): {e}") from None
-
-    def _check_ranks(self, signature: list) -> None:
-        for op, (shape, _) in zip(self.input_operators, signature):
-            expected = op.output_operand.shape
-            if expected is not None and len(expected) != len(shape):
-                raise InputError(f"{_where(op)}: expected shape {_fmt(expected)}, given {_fmt(shape)} (wrong rank)")
+        checks.input_ranks(self.input_operators, signature)
+        return arrays, checks.fitting(self.input_operators, signature, lambda: self._plan(signature))
 
     # ---- forward ------------------------------------------------------------------------------------
     def forward(self, *inputs, trace: bool = False, profile: bool = False) -> list:
@@ -478,35 +360,13 @@ class RuntimeGraph:
     def _float32(self, shapes, caller: str) -> list:
         if self.state != GraphState.COMPLETE:
             raise GraphError(f"{self.param_path}: build() the graph first")
-        self._check_count(len(shapes), caller)
+        checks.input_count(self.input_operators, len(shapes), caller, self.param_path)
         signature = [(tuple(s), np.dtype(np.float32)) for s in shapes]
-        self._check_ranks(signature)
+        checks.input_ranks(self.input_operators, signature)
         return signature
 
     def __repr__(self):
         return f"RuntimeGraph({Path(self.param_path).name}, {len(self.operators)} operators, {self.state.name})"
-
-
-def _fmt(shape) -> str:
-    if shape is None:
-        return "(unknown)"
-    return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
-
-
-def _where(op: RuntimeOperator) -> str:
-    return f"graph input '{op.name}' (operand {op.output_operand.name})"
-
-
-def _unpack(operands: list) -> list:
-    """The operands with every tuple replaced by its parts, in order, however deeply tuples nest."""
-    flat, pending = [], list(reversed(operands))
-    while pending:
-        operand = pending.pop()
-        if operand.producer is not None and operand.producer.type == TUPLE:
-            pending += reversed(operand.producer.input_operands)
-        else:
-            flat.append(operand)
-    return flat
 
 
 def load(param_path, bin_path=None, backend: str = "numpy", **options) -> RuntimeGraph:

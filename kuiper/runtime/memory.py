@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import re
 
-from kuiper.errors import ConfigError
+from kuiper.errors import ConfigError, MemoryLimitError
+from kuiper.runtime.checks import fmt
+from kuiper.runtime.operators import INPUT
 
 ENV = "KUIPER_MEMORY_LIMIT"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -82,3 +84,33 @@ def format_bytes(n: int) -> str:
         if n < 1 << (shift + 10) or unit == "TiB" and n < 1 << 90:
             return f"{n / (1 << shift):.1f} {unit}"
     return f"about 2^{n.bit_length() - 1} B"
+
+
+def planned_bytes(plan, order: list, output_operands: list, device: bool) -> int:
+    """What forward allocates at the plan's shapes: its pooled buffers and, on the host, the graph outputs
+    (new arrays each forward, for the caller to keep) and the layers' work buffers (Layer.workspace_bytes):
+    all those layers keep, and the largest of the temporary ones."""
+    if device:
+        return plan.pooled_bytes
+    outputs = sum(plan.nbytes(o.name) for o in output_operands)
+    kept, temporary = 0, 0
+    for op in order:
+        if op.layer is not None:
+            work = op.layer.workspace_bytes([plan.shapes[o.name] for o in op.input_operands])
+            kept, temporary = (kept + work, temporary) if op.layer.keeps_workspace else (kept, max(temporary, work))
+    return plan.pooled_bytes + outputs + kept + temporary
+
+
+def check(plan, needed: int, limit: int, operands: dict, input_operators: list, path: str) -> None:
+    """Refuse a plan that needs more than `limit` bytes, naming its largest operand and the inputs' shapes."""
+    if needed <= limit:
+        return
+    name = max((n for n in plan.shapes if operands[n].producer.type != INPUT), key=plan.nbytes,
+               default=next(iter(plan.shapes)))
+    op = operands[name].producer
+    inputs = ", ".join(fmt(plan.shapes[o.output_operand.name]) for o in input_operators)
+    raise MemoryLimitError(
+        f"{path}:{op.line}: {op.type} operator '{op.name}' makes {name} of shape {fmt(plan.shapes[name])} "
+        f"({format_bytes(plan.nbytes(name))}), and at input shape(s) {inputs} the plan needs "
+        f"{format_bytes(needed)}, over the memory limit of {format_bytes(limit)} (memory_limit=, {ENV})"
+    )

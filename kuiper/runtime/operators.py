@@ -11,6 +11,10 @@ import numpy as np
 
 from kuiper.pnnx.dtypes import numpy_dtype  # noqa: F401  (runtime records carry numpy dtypes)
 
+INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
+#: operators the graph itself handles: they move tensors around but compute nothing
+STRUCTURAL = frozenset({INPUT, OUTPUT, TUPLE})
+
 class RuntimeParameter:
     """A typed parameter value (`type` is the pnnx type code 0-7, 10, 11)."""
 

@@ -21,6 +21,9 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
+from kuiper.errors import ShapeError
+from kuiper.runtime.checks import fmt
+
 
 @dataclass(frozen=True)
 class Lifetime:
@@ -120,6 +123,24 @@ class ExecutionPlan:
     def unpooled_bytes(self) -> int:
         """What the same operands would take with one buffer each (the baseline: no planning, nothing in place)."""
         return sum(life.size for life in self.lifetimes) + sum(self.nbytes(name) for name in self.aliases)
+
+
+def layout(order: list, shapes: dict, dtypes: dict, graph_outputs: set, device: bool, path: str) -> "ExecutionPlan":
+    """The plan for these inferred shapes: the operands that overwrite another (the fusion pass marked them),
+    which must keep that operand's shape at any input shape, and the buffers laid out by liveness. Nothing is
+    allocated: the backend places the buffers (`ExecutionPlan.place`) once the plan has passed its checks."""
+    aliases = {}
+    for op in order:
+        for operand in op.output_operands:
+            source = operand.overwrites
+            if source is None:
+                continue
+            if shapes[operand.name] != shapes[source.name]:
+                raise ShapeError(f"{path}: '{op.name}' writes over its input '{source.name}', but at these input "
+                                 f"shapes its output {fmt(shapes[operand.name])} differs from that input's "
+                                 f"{fmt(shapes[source.name])}")
+            aliases[operand.name] = source.name
+    return ExecutionPlan(shapes, dtypes, lifetimes(order, shapes, dtypes, graph_outputs, device), aliases)
 
 
 def lifetimes(order: list, shapes: dict, dtypes: dict, graph_outputs: set, device: bool) -> list:
