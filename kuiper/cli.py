@@ -7,12 +7,15 @@ the command, shows the traceback instead. Warnings print one line each.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import shutil
 import subprocess
 import sys
 import time
 import warnings
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +24,8 @@ import kuiper
 from kuiper.errors import KuiperError
 from kuiper.runtime.graph import BACKENDS
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "models"
-DEFAULT_MODEL = MODELS / "resnet18" / "resnet18.pnnx.param"
+SOURCE_MODELS = Path(__file__).resolve().parent.parent / "models"  # a source checkout's; a plain install has none
+DEFAULT_MODEL = Path("resnet18", "resnet18.pnnx.param")  # within models/
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
@@ -103,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands")
 
     run = sub.add_parser("run", parents=[common, custom], help="run a model (default: the embedded ResNet-18)")
-    run.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
+    run.add_argument("model", nargs="?", help="a .pnnx.param file (default: the embedded ResNet-18)")
     run.add_argument("--input", help="a .npy array, or an image (resized and normalized ImageNet-style)")
     run.add_argument("--backend", default="numpy", choices=BACKENDS,
                      help="numpy (default: fast CPU layers, fused), reference (the textbook layers only) or opencl")
@@ -122,16 +124,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--memory-limit", metavar="SIZE",
                      help="refuse inputs whose plan needs more memory than this, e.g. 2G (default: "
                           "KUIPER_MEMORY_LIMIT, else half of what the process may use)")
+    run.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
+    run.add_argument("--save", metavar="FILE", help="write the outputs to this .npz (output0, output1, ...)")
     run.set_defaults(func=cmd_run)
 
     inspect = sub.add_parser("inspect", parents=[common, custom], help="operators, shapes, FLOPs, memory of a model")
-    inspect.add_argument("model", nargs="?", help="a .pnnx.param file (default: models/resnet18)")
+    inspect.add_argument("model", nargs="?", help="a .pnnx.param file (default: the embedded ResNet-18)")
     inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W", type=_shape,
                          help="inspect at this input shape (once per graph input)")
     inspect.add_argument("--graph", metavar="FILE", help="draw the graph: .mmd (mermaid), .dot, or .svg/.png via graphviz")
     inspect.add_argument("--backend", default="numpy", choices=BACKENDS,
                          help="show the graph as this backend builds it: numpy (default) after the fusion pass, "
                               "reference as the file has it")
+    inspect.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     inspect.set_defaults(func=cmd_inspect)
     devices = sub.add_parser("devices", parents=[common], help="list OpenCL platforms and devices")
     devices.set_defaults(func=cmd_devices)
@@ -183,7 +188,7 @@ def _console():
 # ---- run --------------------------------------------------------------------------------------------
 def cmd_run(args) -> None:
     console = _console()
-    param = Path(args.model) if args.model else DEFAULT_MODEL
+    param = Path(args.model) if args.model else default_model()
     _require(param, "model")
     if args.threads is not None:
         kuiper.set_num_threads(args.threads)
@@ -191,27 +196,43 @@ def cmd_run(args) -> None:
                         custom_ops=args.custom_op, tuning="measure" if args.tune else None,
                         memory_limit=args.memory_limit)
     inputs, reference = _inputs_for(graph, param, args)
-    shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs)
-    where = args.backend
-    if graph.runtime is not None:
-        where += f" ({graph.runtime.device.name.strip()})"
-    if args.backend == "numpy":  # the reference backend runs on one thread
-        where += f", {kuiper.num_threads()} thread(s)"
-    console.print(f"[bold]{param.name}[/] on [bold]{where}[/], input {shapes}")
+    device = graph.runtime.device.name.strip() if graph.runtime is not None else None
+    threads = kuiper.num_threads() if args.backend == "numpy" else None  # the reference backend runs on one
+    if not args.json:
+        where = args.backend + (f" ({device})" if device else "") + (f", {threads} thread(s)" if threads else "")
+        shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs)
+        console.print(f"[bold]{param.name}[/] on [bold]{where}[/], input {shapes}")
 
     times = []
-    for i in range(args.repeat):
-        started = time.perf_counter()
-        outputs = graph.forward(*inputs, trace=args.trace and i == 0, profile=args.profile)
-        times.append(time.perf_counter() - started)
-    console.print(f"forward: {np.median(times) * 1e3:.2f} ms" + (f" (median of {len(times)})" if len(times) > 1 else ""))
-
-    for k, out in enumerate(outputs):
-        _print_output(console, k, out, args.topk)
-    if reference is not None:
-        _print_match(console, outputs, reference)
-    if args.profile:
-        _print_profile(console, graph)
+    # --trace prints as it runs: with --json its lines go into the object instead, to keep stdout one JSON value
+    with contextlib.redirect_stdout(io.StringIO()) if args.json else contextlib.nullcontext():
+        for i in range(args.repeat):
+            started = time.perf_counter()
+            outputs = graph.forward(*inputs, trace=args.trace and i == 0, profile=args.profile)
+            times.append(time.perf_counter() - started)
+    if args.save:
+        np.savez(args.save, **{f"output{k}": out for k, out in enumerate(outputs)})
+    match = _match(outputs, reference) if reference is not None else None
+    if args.json:
+        print(json.dumps({
+            "model": str(param), "backend": args.backend, "device": device, "threads": threads,
+            "inputs": [list(x.shape) for x in inputs], "forward_ms": float(np.median(times)) * 1e3,
+            "repeat": args.repeat, "outputs": [_output_summary(out, args.topk) for out in outputs],
+            "reference": None if match is None else {"matches": match[0], "max_abs_diff": _finite(match[1])},
+            **({"trace": graph.last_trace} if args.trace else {}),
+            **({"profile": _profile_rows(graph)} if args.profile else {}),
+        }))
+    else:
+        console.print(f"forward: {np.median(times) * 1e3:.2f} ms" + (f" (median of {len(times)})" if len(times) > 1 else ""))
+        for k, out in enumerate(outputs):
+            _print_output(console, k, out, args.topk)
+        if match is not None:
+            verdict = "[green]matches[/]" if match[0] else "[red]DOES NOT match[/]"
+            console.print(f"{verdict} the saved PyTorch output (max abs diff {match[1]:.2e})")
+        if args.profile:
+            _print_profile(console, graph)
+    if match is not None and not match[0]:
+        raise CliError("output differs from the saved PyTorch reference")
 
 
 def _inputs_for(graph, param: Path, args):
@@ -250,6 +271,8 @@ def _saved_case(param: Path, batch):
         if (manifest_path.parent / entry["param"]).resolve() != param.resolve():
             continue
         for case in entry["cases"]:
+            if not all((manifest_path.parent / p).exists() for p in case["inputs"] + case["outputs"]):
+                continue  # a plain install carries the embedded model's batch-1 case only
             inputs = [np.load(manifest_path.parent / p) for p in case["inputs"]]
             if batch is None or inputs[0].shape[0] == batch:
                 return inputs, [np.load(manifest_path.parent / p) for p in case["outputs"]]
@@ -279,18 +302,40 @@ def _print_output(console, k: int, out: np.ndarray, topk: int) -> None:
             console.print(f"  item {n} top-{topk}: " + "  ".join(f"{i}:{row[i]:.4f}" for i in best))
 
 
-def _print_match(console, outputs: list, reference: list) -> None:
+def _match(outputs: list, reference: list) -> tuple:
+    """(whether the outputs match PyTorch's, the largest absolute difference; inf where a shape differs)."""
     ok = len(outputs) == len(reference)
     worst = 0.0
     for out, ref in zip(outputs, reference):
         tolerance = 1e-4 * max(1.0, float(np.abs(ref).max()))
         diff = float(np.abs(out - ref).max()) if out.shape == ref.shape else float("inf")
         worst = max(worst, diff)
-        ok = ok and out.shape == ref.shape and np.allclose(out, ref, rtol=1e-4, atol=tolerance)
-    verdict = "[green]matches[/]" if ok else "[red]DOES NOT match[/]"
-    console.print(f"{verdict} the saved PyTorch output (max abs diff {worst:.2e})")
-    if not ok:
-        raise CliError("output differs from the saved PyTorch reference")
+        ok = ok and out.shape == ref.shape and bool(np.allclose(out, ref, rtol=1e-4, atol=tolerance))
+    return ok, worst
+
+
+def _finite(x) -> float | None:
+    """A float for JSON, which has no NaN or infinity: those become null."""
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def _output_summary(out: np.ndarray, topk: int) -> dict:
+    summary = {"shape": list(out.shape), "dtype": str(out.dtype)}
+    summary.update({k: _finite(f(out)) for k, f in
+                    (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max))})
+    if out.ndim == 2:  # one row of logits per item: its best classes, best first
+        best = np.argsort(out, axis=1)[:, ::-1][:, :topk]
+        summary["topk"] = {"indices": best.tolist(),
+                           "values": [[_finite(v) for v in row] for row in np.take_along_axis(out, best, 1)]}
+    return summary
+
+
+def _profile_rows(graph) -> list:
+    """forward(profile=True)'s times per operator, in ms (device_ms: null off OpenCL)."""
+    return [{"operator": op.name, "type": op.type, "variant": graph.last_variants.get(op.name, ""),
+             "host_ms": host * 1e3, "device_ms": None if device is None else device * 1e3}
+            for op, host, device in graph.last_profile]
 
 
 def _print_profile(console, graph) -> None:
@@ -331,25 +376,32 @@ def cmd_inspect(args) -> None:
     from kuiper.runtime.graph import RuntimeGraph
 
     console = _console()
-    param = Path(args.model) if args.model else DEFAULT_MODEL
+    param = Path(args.model) if args.model else default_model()
     _require(param, "model")
     graph = RuntimeGraph(param, backend=args.backend, custom_ops=args.custom_op).init()
-    console.print(f"[bold]{param}[/]: {len(graph.operators)} operators, {len(graph.operands)} operands")
+    report = {"model": str(param), "backend": args.backend, "operators": len(graph.operators),
+              "operands": len(graph.operands), "graph": args.graph}
+    if not args.json:
+        console.print(f"[bold]{param}[/]: {len(graph.operators)} operators, {len(graph.operands)} operands")
     missing = graph.missing_types()
-    if missing:
-        console.print("[red]operator types with no layer:[/]")
-        for type_, names in missing.items():
-            console.print(f"  {type_}: {', '.join(names)}")
     if missing:
         if args.graph:  # as the file has it: unknown types cannot be built
             _draw(graph, Path(args.graph))
+        if args.json:
+            print(json.dumps({**report, "missing_types": missing}))
+            return
+        console.print("[red]operator types with no layer:[/]")
+        for type_, names in missing.items():
+            console.print(f"  {type_}: {', '.join(names)}")
+        if args.graph:
             console.print(f"graph written to {args.graph}")
         return
 
     graph.build(allocate=False)  # shapes and sizes only: inspect allocates no buffer
     if args.graph:
         _draw(graph, Path(args.graph))
-        console.print(f"graph (as the {args.backend} backend runs it) written to {args.graph}")
+        if not args.json:
+            console.print(f"graph (as the {args.backend} backend runs it) written to {args.graph}")
     if args.input_shape:
         shapes = args.input_shape
         if len(shapes) != len(graph.input_operators):
@@ -360,28 +412,48 @@ def cmd_inspect(args) -> None:
         if not all(s is not None and all(isinstance(d, int) for d in s) for s in shapes):
             raise CliError("the model records no fixed input shape: give --input-shape")
     plan = graph.layout_for(*shapes)
+    rows = inspection.operator_rows(graph, plan)
+    memory = inspection.activation_memory(graph, plan)
+    needed, limit = graph.planned_bytes(plan), graph.memory_limit
+    fused, in_place = inspection.fusion_summary(graph)
+    served = inspection.custom_operators(graph)
+    if args.json:
+        print(json.dumps({
+            **report,
+            "input_shapes": [list(map(int, s)) for s in shapes],
+            "rows": [{"name": r.name, "type": r.type, "inputs": [list(map(int, s)) for s in r.inputs],
+                      "outputs": [list(map(int, s)) for s in r.outputs], "params": int(r.params),
+                      "macs": int(r.macs)} for r in rows],
+            "totals": {"params": sum(int(r.params) for r in rows), "macs": sum(int(r.macs) for r in rows)},
+            "memory": {"planned_bytes": int(memory["planned"]), "unplanned_bytes": int(memory["unplanned"]),
+                       "buffers": memory["buffers"], "forward_bytes": int(needed), "limit_bytes": int(limit)},
+            "fusion": {"operators_before": len(graph.unfused_order), "operators_after": len(graph.order),
+                       "fused": [{"name": op.name, "absorbed": [{"name": a.name, "type": a.type}
+                                                                for a in op.absorbed]} for op in fused],
+                       "in_place": [{"name": op.name, "type": op.type,
+                                     "overwrites": op.output_operand.overwrites.name} for op in in_place]},
+            "custom_operators": [{"name": op.name, "type": op.type, "config": str(config)}
+                                 for op, config in served],
+        }))
+        return
     table = Table()
     for col in ("operator", "type", "inputs", "outputs", "params", "MMACs"):
         table.add_column(col, justify="right" if col in ("params", "MMACs") else "left")
-    rows = inspection.operator_rows(graph, plan)
     for row in rows:
         table.add_row(row.name, row.type, _shapes(row.inputs), _shapes(row.outputs),
                       f"{row.params:,}" if row.params else "", f"{row.macs / 1e6:.2f}" if row.macs else "")
     console.print(table)
-    memory = inspection.activation_memory(graph, plan)
     console.print(f"parameters: {sum(r.params for r in rows):,}")
     console.print(f"multiply-accumulates: {sum(r.macs for r in rows) / 1e9:.3f} G")
     console.print(
         f"peak activation memory: {memory['planned'] / 2**20:.2f} MiB planned in {memory['buffers']} shared buffers "
         f"(+ graph outputs), vs {memory['unplanned'] / 2**20:.2f} MiB with one buffer per tensor"
     )
-    needed, limit = graph.planned_bytes(plan), graph.memory_limit
     line = (f"a forward allocates {needed / 2**20:.2f} MiB (with the layers' work buffers); the memory limit is "
             f"{limit / 2**20:.2f} MiB")
     if needed > limit:
         line += " [red]and forward refuses these shapes[/] (raise it with run's --memory-limit or KUIPER_MEMORY_LIMIT)"
     console.print(line)
-    fused, in_place = inspection.fusion_summary(graph)
     if fused or in_place:
         console.print(f"the fusion pass ({len(graph.unfused_order)} operators -> {len(graph.order)}; "
                       f"`--backend reference` shows the graph as the file has it):")
@@ -390,7 +462,6 @@ def cmd_inspect(args) -> None:
         for op in in_place:
             console.print(f"  {op.name} ({op.type}) overwrites its input {op.output_operand.overwrites.name}",
                           highlight=False)
-    served = inspection.custom_operators(graph)
     if served:
         console.print("served by custom OpenCL operators:")
         for op, config in served:
@@ -435,6 +506,15 @@ def cmd_lesson(args) -> None:
     outcome = course.print_lesson(args.number, show_output=args.output)
     if not outcome.ok:
         raise course.CourseError(f"lesson {args.number}'s checkpoint does not pass ({outcome.summary()})")
+
+
+def default_model() -> Path:
+    """The embedded ResNet-18: the source checkout's models/ when kuiper runs from one, else the copy that a
+    plain install carries as package data (setup.py maps models/ onto kuiper.models)."""
+    source = SOURCE_MODELS / DEFAULT_MODEL
+    if source.exists():  # not just models/: another distribution may have put a models/ in site-packages
+        return source
+    return Path(resources.files("kuiper")) / "models" / DEFAULT_MODEL
 
 
 def _require(path: Path, what: str) -> None:

@@ -1,14 +1,19 @@
 """The command line's promise: every error is one line and status 1 (2 for a usage error, as argparse does),
 --debug shows the traceback wherever it is given, and inspect allocates nothing and prints whole cells."""
 
+import json
 import os
+import shutil
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kuiper
+from kuiper import cli, inspection
 from kuiper.cli import CliError, main
+from kuiper.runtime.graph import RuntimeGraph
 from kuiper.runtime.executor import NumpyExecutor
 
 from conftest import model_cases, model_paths
@@ -110,3 +115,68 @@ def test_inspect_allocates_nothing_and_prints_whole_cells_when_piped(capsys, mon
     status, out, err = run(["inspect", "--input-shape", "1,3,224,224", "--input-shape", "1,3,8,8"], capsys)
     assert status == 1 and one_line(err) == ("kuiper: error: --input-shape is given 2 time(s), the model has 1 "
                                              "input(s)")
+
+
+def test_run_json_reports_the_forward_and_save_writes_the_outputs(tmp_path, capsys):
+    status, out, err = run(["run", "--json", "--topk", "3", "--repeat", "2", "--save", str(tmp_path / "out.npz")],
+                           capsys)
+    assert status == 0 and not err
+    report = json.loads(out)
+    (_, [x], [ref]), *_ = model_cases("resnet18")
+    y = kuiper.load(cli.default_model()).forward(x)[0]
+    assert report["model"] == str(cli.default_model()) and report["backend"] == "numpy"
+    assert report["inputs"] == [[1, 3, 224, 224]] and report["repeat"] == 2 and report["forward_ms"] > 0
+    [summary] = report["outputs"]
+    assert summary["shape"] == [1, 1000] and summary["dtype"] == "float32"
+    for key, value in (("mean", y.mean()), ("std", y.std()), ("min", y.min()), ("max", y.max())):
+        assert summary[key] == pytest.approx(float(value), abs=1e-4), key
+    assert summary["topk"]["indices"] == [list(np.argsort(y[0])[::-1][:3])]
+    assert summary["topk"]["values"][0] == pytest.approx(np.sort(y[0])[::-1][:3].tolist(), abs=1e-4)
+    assert report["reference"]["matches"] is True
+    assert report["reference"]["max_abs_diff"] == pytest.approx(float(np.abs(y - ref).max()), abs=1e-4)
+    saved = np.load(tmp_path / "out.npz")
+    assert saved.files == ["output0"] and np.allclose(saved["output0"], y, atol=1e-4)
+
+
+def test_run_json_without_a_reference_and_its_errors_stay_one_line(capsys):
+    status, out, _ = run(["run", ACT_ZOO, "--json", "--batch", "5"], capsys)  # no case saved at batch 5
+    report = json.loads(out)
+    assert status == 0 and report["reference"] is None and report["inputs"] == [[5, 7, 5, 9]]
+    status, out, err = run(["run", "missing.pnnx.param", "--json"], capsys)
+    assert status == 1 and not out and one_line(err) == "kuiper: error: model file not found: missing.pnnx.param"
+
+
+def test_inspect_json_gives_the_rows_totals_memory_and_fusion(capsys):
+    status, out, _ = run(["inspect", "--json"], capsys)
+    assert status == 0
+    report = json.loads(out)
+    graph = RuntimeGraph(cli.default_model()).init()
+    graph.build(allocate=False)
+    plan = graph.layout_for((1, 3, 224, 224))
+    rows = inspection.operator_rows(graph, plan)
+    assert [(r["name"], r["type"], r["params"], r["macs"]) for r in report["rows"]] == [
+        (r.name, r.type, r.params, r.macs) for r in rows]
+    assert report["rows"][1]["inputs"] == [[1, 3, 224, 224]]
+    assert report["totals"] == {"params": sum(r.params for r in rows), "macs": sum(r.macs for r in rows)}
+    assert report["memory"]["planned_bytes"] == inspection.activation_memory(graph, plan)["planned"]
+    fused, in_place = inspection.fusion_summary(graph)
+    assert [f["name"] for f in report["fusion"]["fused"]] == [op.name for op in fused]
+    assert report["fusion"]["fused"][0]["absorbed"][1]["type"] == "nn.ReLU"
+    assert len(report["fusion"]["in_place"]) == len(in_place)
+
+
+def test_the_default_model_is_the_package_data_without_a_source_checkout(tmp_path, capsys, monkeypatch):
+    # a plain install: no models/ beside the package, only what setup.py maps into kuiper/models
+    monkeypatch.setattr(cli, "SOURCE_MODELS", tmp_path / "models")
+    installed = tmp_path / "site-packages" / "kuiper"
+    (installed / "models" / "resnet18").mkdir(parents=True)
+    for name in ("manifest.json", "resnet18/resnet18.pnnx.param", "resnet18/resnet18.pnnx.bin",
+                 "resnet18/b1_in0.npy", "resnet18/b1_out0.npy"):
+        # copies: a symlink would resolve back to the checkout, whose manifest's other cases are all there
+        shutil.copy(Path(kuiper.__file__).parent.parent / "models" / name, installed / "models" / name)
+    monkeypatch.setattr(cli.resources, "files", lambda package: installed if package == "kuiper" else None)
+    assert cli.default_model() == installed / "models" / "resnet18" / "resnet18.pnnx.param"
+    status, out, _ = run(["run", "--json"], capsys)
+    assert status == 0 and json.loads(out)["reference"]["matches"] is True
+    status, out, _ = run(["run", "--json", "--batch", "3"], capsys)  # b3's files are not installed: no reference
+    assert status == 0 and json.loads(out)["reference"] is None
