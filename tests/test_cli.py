@@ -102,7 +102,15 @@ def test_graphviz_failing_is_one_line(tmp_path, capsys, monkeypatch):
                              f"Error: syntax error in line 1")
 
 
-def test_inspect_allocates_nothing_and_prints_whole_cells_when_piped(capsys, monkeypatch):
+@pytest.fixture
+def two_threads():
+    """The layers' work buffers are per thread: byte counts in a test are for 2 threads, whatever the cores."""
+    kuiper.set_num_threads(2)
+    yield
+    kuiper.set_num_threads(None)
+
+
+def test_inspect_allocates_nothing_and_prints_whole_cells_when_piped(capsys, monkeypatch, two_threads):
     def prepare(self, plan, order):
         raise AssertionError("inspect allocated a plan")
 

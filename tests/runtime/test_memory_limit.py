@@ -16,6 +16,14 @@ from conftest import model_paths
 from test_graph import write_model
 
 
+@pytest.fixture(autouse=True)
+def two_threads():
+    """The layers' work buffers are per thread: the byte counts below are for 2 threads, whatever the cores."""
+    kuiper.set_num_threads(2)
+    yield
+    kuiper.set_num_threads(None)
+
+
 def copy_model(tmp_path, name, edit, keep_shapes=True):
     """The committed model `name` copied into tmp_path with `edit(text)` applied to its .param; without
     keep_shapes the `#` shapes go, except the inputs' (so that build still plans at the recorded input)."""
