@@ -92,9 +92,10 @@ class Conv2d(conv2d.Conv2d):
         return "pointwise" if self.pointwise else "im2col"
 
     def workspace_bytes(self, input_shapes):
-        """What `scratch` holds for the variant the rule picks: im2col's padded input and, per thread, a band's
-        column matrix and partial sums; Winograd's padded input, its whole output where tiles overhang, and three
-        work buffers per thread."""
+        """What `scratch` holds for the variant the rule picks, at most: im2col's padded input and, per thread
+        that gets a part, a band's column matrix and partial sums; Winograd's padded input, its whole output
+        where tiles overhang, and three work buffers per thread that gets a part. Bands are cut as forward cuts
+        them, so more threads mean thinner bands, not more memory."""
         variant = self._rule(input_shapes)
         if variant == "pointwise":
             return 0
@@ -102,17 +103,38 @@ class Conv2d(conv2d.Conv2d):
         n, c, h, w = (math.prod(shape[:-3]), *shape[-3:])
         ho, wo = self.output_shapes(input_shapes)[0][-2:]
         (top, bottom), (left, right) = self.pads
-        cout, workers = self.out_channels, threads.num_threads()
+        cout = self.out_channels
         if variant == "im2col":
             k = c * math.prod(self.kernel_size)
             padded = n * c * (h + top + bottom) * (w + left + right) if top or bottom or left or right else 0
-            rows = max(1, COLUMN_BYTES // (4 * k * wo))
-            return 4 * padded + workers * 4 * (k + cout) * rows * wo
+            units = self._im2col_bands(n, k, ho, wo)
+            band = units[0][2]
+            if len(units) >= threads.num_threads() or self.groups > 1:  # as _im2col splits: bands ...
+                workers = threads.parts(len(units))
+            else:  # ... or a band's input channels
+                workers = threads.parts(c, -(-threads.MIN_MACS // (cout * k // c * band * wo)))
+            return 4 * padded + max(1, workers) * 4 * (k + cout) * band * wo
         f = F4 if variant == "winograd_f4" else F2
         tiles_h, tiles_w = f.tiles(ho, wo)
         padded = n * c * (h + top + bottom + f.m - 1) * (w + left + right + f.m - 1)
         whole = 0 if (ho, wo) == (f.m * tiles_h, f.m * tiles_w) else n * cout * f.m * tiles_h * f.m * tiles_w
-        return 4 * (padded + whole) + workers * 3 * max(WINOGRAD_BYTES, 4 * f.a * f.a * max(c, cout) * tiles_w)
+        units = self._winograd_bands(f, n, c, tiles_h, tiles_w)
+        band = units[0][2]
+        if len(units) >= threads.num_threads():  # as _winograd splits: bands, or a band's output channels
+            workers = threads.parts(len(units))
+        else:
+            workers = threads.parts(cout, -(-threads.MIN_MACS // (f.a * f.a * c * band * tiles_w)))
+        return 4 * (padded + whole) + max(1, workers) * 3 * 4 * f.a * f.a * max(c, cout) * band * tiles_w
+
+    def _im2col_bands(self, n: int, k: int, ho: int, wo: int) -> list:
+        """im2col's bands of output rows: columns of at most COLUMN_BYTES, shared evenly over the threads."""
+        return threads.bands(n, ho, max(1, COLUMN_BYTES // (4 * k * wo)), wo, wo * k * self.out_channels // self.groups)
+
+    def _winograd_bands(self, f: Winograd, n: int, c: int, tiles_h: int, tiles_w: int) -> list:
+        """Winograd's bands of tile rows: work buffers of about WINOGRAD_BYTES, shared evenly over the threads."""
+        width = f.a * f.a * max(c, self.out_channels) * tiles_w
+        return threads.bands(n, tiles_h, max(1, WINOGRAD_BYTES // (4 * width)), tiles_w,
+                             tiles_w * f.a * f.a * c * self.out_channels, WINOGRAD_BAND_TILES)
 
     def forward_numpy(self, inputs, outputs):
         self.forward_epilogue(inputs, outputs, Epilogue([], inputs))
@@ -156,7 +178,7 @@ class Conv2d(conv2d.Conv2d):
         windows = self.kernel_windows(self._padded(x))  # (N, C, kh, kw, Ho, Wo), a view
         n, c, kh, kw, ho, wo = windows.shape
         g, k = self.groups, c * kh * kw
-        units = threads.bands(n, ho, max(1, COLUMN_BYTES // (4 * k * wo)), wo, wo * k * self.out_channels // g)
+        units = self._im2col_bands(n, k, ho, wo)
         out_pixels = out.reshape(n, g, -1, ho * wo)
 
         def columns(worker, item, top, band, first=0, stop=c):
@@ -216,8 +238,7 @@ class Conv2d(conv2d.Conv2d):
         whole = out if exact else self.scratch.get("winograd_out", (n, cout, m * tiles_h, m * tiles_w))
         blocks = whole.reshape(n, cout, tiles_h, m, tiles_w, m)  # output pixel (m*ty + y, m*tx + x)
 
-        units = threads.bands(n, tiles_h, max(1, WINOGRAD_BYTES // (4 * a * a * max(c, cout) * tiles_w)),
-                              tiles_w, tiles_w * a * a * c * cout, WINOGRAD_BAND_TILES)
+        units = self._winograd_bands(f, n, c, tiles_h, tiles_w)
         size = (a * a * max(c, cout) * units[0][2] * tiles_w,)
 
         def buffers(worker):

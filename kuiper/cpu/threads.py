@@ -142,6 +142,11 @@ SPIN_SECONDS = 0.05
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))  # lets the GIL and the core go for a moment
 
 
+def parts(count: int, grain: int = 1) -> int:
+    """How many threads `parallel` splits range(count) over for this grain (below 2: the caller alone)."""
+    return min(num_threads(), count // max(1, grain))
+
+
 def parallel(part, count: int, grain: int = 1) -> None:
     """Run `part(start, stop, worker)` over contiguous, near-equal slices of range(count), one per thread,
     each slice at least `grain` long (fewer threads if need be; with one, the caller runs it all).
@@ -151,7 +156,7 @@ def parallel(part, count: int, grain: int = 1) -> None:
     the whole range inline, so nested splits cannot wait on threads they occupy; so does a second caller
     while another one has the threads (two forwards at once in two threads of yours).
     """
-    threads = min(num_threads(), count // max(1, grain))
+    threads = parts(count, grain)
     if threads <= 1 or getattr(_state, "inside", False) or not _busy.acquire(blocking=False):
         if count > 0:
             part(0, count, 0)
