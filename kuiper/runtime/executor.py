@@ -30,6 +30,8 @@ class NumpyExecutor:
     name = "numpy"
     device = False  # the graph's inputs and outputs are host arrays, not pooled buffers
     fuses = True    # the fusion pass (runtime/fusion.py) runs
+    runtime = None       # no OpenCL runtime
+    host_fallbacks = ()  # every layer runs here
 
     def make_layer(self, op):
         return (fast_class(op.type) or layer_class(op.type, op.name))(op)

@@ -99,12 +99,12 @@ class RuntimeGraph:
     @property
     def runtime(self):
         """The OpenCLRuntime on the opencl backend, else None."""
-        return getattr(self.executor, "runtime", None)
+        return self.executor.runtime
 
     @property
     def host_fallbacks(self) -> list:
         """On OpenCL, the operators with no OpenCL forward, which run on numpy with explicit transfers."""
-        return getattr(self.executor, "host_fallbacks", [])
+        return self.executor.host_fallbacks
 
     # ---- init: records -> linked runtime objects --------------------------------------------------
     def init(self) -> "RuntimeGraph":
@@ -305,9 +305,12 @@ class RuntimeGraph:
         host_times = []
 
         def run(op):
+            if not profile:
+                self._run(op, plan, feeds)
+                return
             started = time.perf_counter()
             self._run(op, plan, feeds)
-            if profile and op.layer is not None:
+            if op.layer is not None:
                 host_times.append((op, time.perf_counter() - started))
 
         with self.executor.forward(plan):
