@@ -4,8 +4,9 @@
                                   [--engines numpy,torch] [--device SPEC] [--torch-device cpu|cuda]
                                   [--processes ROUNDS] [--json FILE]
 
-Engines: `numpy`, `opencl` (in-order queue), `opencl-levels` (levelized schedule on an out-of-order queue)
-and `torch` (eager, on --torch-device; on CUDA with TF32 off so that both sides compute in fp32). Every
+Engines: `numpy`, `opencl` (in-order queue), `opencl-levels` (levelized schedule on an out-of-order queue),
+`torch` (eager, on --torch-device; on CUDA with TF32 off so that both sides compute in fp32) and
+`onnxruntime` (CPU; benchmarks/onnx_engine.py). Every
 engine is timed end to end: the input comes from host memory and the logits go back to it.
 
 Both sides run the same weights (tools/export_models.build_model rebuilds the exported torch model), and
@@ -40,7 +41,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads")
-    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch; "
+    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch, "
+                        "onnxruntime; "
                         "opencl@SPEC runs on the device SPEC names (opencl@Intel, opencl-levels@0:0); with "
                         "--processes, ENGINE=DIR runs ENGINE from the kuiper checkout in DIR")
     parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
@@ -57,6 +59,10 @@ def main() -> None:
         os.environ[var] = str(args.threads)
     sys.path.insert(0, str(ROOT))
     import numpy as np
+
+    from kuiper.cpu.blas import restart_if_misread
+
+    restart_if_misread()  # AVX-512 kernels where numpy's OpenBLAS does not know the CPU (kuiper/cpu/blas.py)
 
     x, reference = batch_case(np, args.batch)
     engines = [make_engine(name, args, x) for name in args.engines.split(",")]
@@ -86,33 +92,28 @@ def main() -> None:
 
 
 def in_processes(args) -> None:
-    """Each round runs every engine in a fresh process of its own, one after another, and keeps its median.
-
-    Engines sharing a process disturb each other: measured here, kuiper's forward ran 10-25% slower right
-    after torch's than before it (torch's OpenMP threads linger). Fresh processes in turn, round after round,
-    give every engine a clean start and the same drifts of a noisy machine; the per-round ratio to the last
-    engine cancels most of those drifts."""
-    import subprocess
-    import tempfile
+    """Each round runs every engine in a fresh process of its own, one after another, and keeps its median
+    (benchmarks/processes.py says why)."""
+    from processes import python, run_rounds
 
     engines = args.engines.split(",")
-    options = ["--batch", str(args.batch), "--runs", str(args.runs), "--warmup", str(args.warmup),
-               "--threads", str(args.threads), "--torch-device", args.torch_device]
+    options = ["--batch", args.batch, "--runs", args.runs, "--warmup", args.warmup,
+               "--threads", args.threads, "--torch-device", args.torch_device]
     options += ["--device", args.device] if args.device else []
-    medians = {engine: [] for engine in engines}
-    labels = {}
-    with tempfile.TemporaryDirectory() as folder:
-        result_file = Path(folder) / "result.json"
-        for _ in range(args.processes):
-            for engine in engines:
-                # ENGINE=DIR: that engine of another checkout of kuiper (say, before a change), by its own script
-                name, _, checkout = engine.partition("=")
-                script = Path(checkout) / "benchmarks" / "resnet18.py" if checkout else Path(__file__)
-                subprocess.run([sys.executable, str(script), "--engines", name, "--json", str(result_file), *options],
-                               check=True, stdout=subprocess.DEVNULL)
-                (result,) = json.loads(result_file.read_text())["results"]
-                labels[engine] = result["engine"] + (f" [{checkout}]" if checkout else "")
-                medians[engine].append(result["median_ms"])
+    jobs = {}
+    for engine in engines:
+        # ENGINE=DIR: that engine of another checkout of kuiper (say, before a change), by its own script
+        name, _, checkout = engine.partition("=")
+        script = Path(checkout) / "benchmarks" / "resnet18.py" if checkout else Path(__file__)
+        jobs[engine] = python(script, "--engines", name, *options)
+    medians, labels = {}, {}
+    for engine, rounds in run_rounds(jobs, args.processes).items():
+        failed = [r["error"] for r in rounds if "error" in r]
+        if failed:
+            raise SystemExit(f"{engine}: {failed[0]}")
+        checkout = engine.partition("=")[2]
+        labels[engine] = rounds[0]["results"][0]["engine"] + (f" [{checkout}]" if checkout else "")
+        medians[engine] = [r["results"][0]["median_ms"] for r in rounds]
     base = medians[engines[-1]]
     print(f"ResNet-18, batch {args.batch}, {args.threads} thread(s), {args.processes} rounds of a fresh process "
           f"per engine, median of {args.runs} runs each")
@@ -141,6 +142,8 @@ def make_engine(name: str, args, x):
     """(label, forward) for one engine, or None when torch is not installed."""
     if name == "torch":
         return torch_engine(args, x)
+    if name == "onnxruntime":
+        return onnxruntime_engine(args, x)
     import kuiper
 
     name, _, device = name.partition("@")  # opencl@Intel: that device, whatever --device says
@@ -154,6 +157,22 @@ def make_engine(name: str, args, x):
         device = graph.runtime.device
         label += f" ({describe(device)['name']}, {device.platform.name.strip()})"
     return label, lambda: graph.forward(x)[0]
+
+
+def onnxruntime_engine(args, x):
+    """onnxruntime on the same weights, exported to ONNX once (into the user's cache)."""
+    from onnx_engine import export_onnx, onnxruntime_forward
+
+    path = Path.home() / ".cache" / "kuiper" / "benchmarks" / "resnet18.onnx"
+    if path.exists() and path.stat().st_mtime < (MODEL_DIR / "resnet18.pnnx.bin").stat().st_mtime:
+        path.unlink()  # the model was exported again since
+    if not path.exists():
+        import torch
+
+        from tools.export_models import build_model
+        export_onnx(build_model("resnet18"), torch.from_numpy(x[:1]), path)
+    engine = onnxruntime_forward(path, args.threads)
+    return engine and (engine[0], lambda: engine[1](x))
 
 
 def torch_engine(args, x):

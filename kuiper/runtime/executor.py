@@ -20,7 +20,7 @@ import contextlib
 
 import numpy as np
 
-from kuiper.cpu import threads
+from kuiper.cpu import blas, threads
 from kuiper.cpu.registry import fast_class
 from kuiper.layers.registry import layer_class
 from kuiper.tensor import Tensor
@@ -37,7 +37,8 @@ class NumpyExecutor:
         return (fast_class(op.type) or layer_class(op.type, op.name))(op)
 
     def build(self, order: list) -> None:
-        """Nothing to compile or upload on the host."""
+        """Nothing to compile or upload on the host; a word if numpy's BLAS misreads the CPU (cpu/blas.py)."""
+        blas.warn_if_misread()
 
     def prepare(self, plan, order: list) -> None:
         plan.place([np.empty(size, dtype=np.uint8) for size in plan.assignment.slot_sizes], _host_view)

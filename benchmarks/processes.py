@@ -1,0 +1,42 @@
+"""Rounds of fresh processes: how the benchmarks time engines that must not disturb each other.
+
+Engines sharing a process disturb each other: measured here, kuiper's forward ran 10-25% slower right after
+torch's than before it (torch's OpenMP threads linger). So every job (an engine on a model) runs in a fresh
+process of its own, one after another, and the whole list again each round: every job gets a clean start and
+the same drifts of a noisy machine, and ratios taken within a round cancel most of those drifts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def run_rounds(jobs: dict, rounds: int, progress=None) -> dict:
+    """{key: [the JSON object its command wrote, per round]}. `jobs` maps a key to a command line, which is
+    given `--json FILE` at its end and must write its result there; a command that fails gives None that
+    round, with the last line it printed under "error"."""
+    results = {key: [] for key in jobs}
+    with tempfile.TemporaryDirectory() as folder:
+        result_file = Path(folder) / "result.json"
+        for round_ in range(rounds):
+            for key, command in jobs.items():
+                if progress:
+                    progress(round_, key)
+                result_file.unlink(missing_ok=True)
+                done = subprocess.run([*command, "--json", str(result_file)], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True)
+                if done.returncode or not result_file.exists():
+                    said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+                    results[key].append({"error": said})
+                else:
+                    results[key].append(json.loads(result_file.read_text()))
+    return results
+
+
+def python(script: Path, *args) -> list:
+    """A command line running `script` with this interpreter."""
+    return [sys.executable, str(script), *map(str, args)]
