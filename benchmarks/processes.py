@@ -40,3 +40,20 @@ def run_rounds(jobs: dict, rounds: int, progress=None) -> dict:
 def python(script: Path, *args) -> list:
     """A command line running `script` with this interpreter."""
     return [sys.executable, str(script), *map(str, args)]
+
+
+def machine() -> str:
+    """The CPU's model name and widest SIMD, and the core count: every figure is named with its hardware."""
+    import os
+
+    from kuiper.cpu.blas import AVX512, cpu_flags
+
+    name = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    flags = cpu_flags()
+    simd = "AVX-512" if AVX512 <= flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{name}, {simd}, {os.cpu_count()} cores"

@@ -25,11 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from processes import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "models" / "resnet18"
@@ -88,13 +89,15 @@ def main() -> None:
               f"{args.batch / median:8.1f} images/s")
     if args.json:
         args.json.write_text(json.dumps({"batch": args.batch, "runs": args.runs, "threads": args.threads,
-                                         "machine": platform.node(), "results": results}, indent=2))
+                                         "machine": machine(), "results": results}, indent=2))
 
 
 def in_processes(args) -> None:
     """Each round runs every engine in a fresh process of its own, one after another, and keeps its median
     (benchmarks/processes.py says why)."""
     from processes import python, run_rounds
+
+    sys.path.insert(0, str(ROOT))  # machine() reads the CPU's flags with kuiper
 
     engines = args.engines.split(",")
     options = ["--batch", args.batch, "--runs", args.runs, "--warmup", args.warmup,
@@ -116,7 +119,7 @@ def in_processes(args) -> None:
         medians[engine] = [r["results"][0]["median_ms"] for r in rounds]
     base = medians[engines[-1]]
     print(f"ResNet-18, batch {args.batch}, {args.threads} thread(s), {args.processes} rounds of a fresh process "
-          f"per engine, median of {args.runs} runs each")
+          f"per engine, median of {args.runs} runs each; {machine()}")
     results = []
     for engine in engines:
         ratio = statistics.median(m / b for m, b in zip(medians[engine], base))
@@ -125,7 +128,7 @@ def in_processes(args) -> None:
               f"rounds {' '.join(f'{m:.1f}' for m in medians[engine])}   x{ratio:.3f} of the last (per round)")
     if args.json:
         args.json.write_text(json.dumps({"batch": args.batch, "runs": args.runs, "threads": args.threads,
-                                         "rounds": args.processes, "machine": platform.node(),
+                                         "rounds": args.processes, "machine": machine(),
                                          "results": results}, indent=2))
 
 

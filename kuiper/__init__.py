@@ -4,7 +4,9 @@ from kuiper.errors import (
     BackendError,
     ConfigError,
     CustomOpError,
+    ExportError,
     GraphError,
+    ImageError,
     InputError,
     KernelBuildError,
     KuiperError,
@@ -25,7 +27,8 @@ from kuiper.cpu.threads import num_threads, set_num_threads
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendError", "ConfigError", "CustomOpError", "GraphError", "InputError", "KernelBuildError", "KuiperError",
-    "LayerError", "MemoryLimitError", "PnnxFormatError", "ShapeError", "UnsupportedOperatorError", "GraphState",
-    "KuiperWarning", "RuntimeGraph", "Tensor", "load", "num_threads", "pnnx", "set_num_threads",
+    "BackendError", "ConfigError", "CustomOpError", "ExportError", "GraphError", "ImageError", "InputError",
+    "KernelBuildError", "KuiperError", "LayerError", "MemoryLimitError", "PnnxFormatError", "ShapeError",
+    "UnsupportedOperatorError", "GraphState", "KuiperWarning", "RuntimeGraph", "Tensor", "load", "num_threads",
+    "pnnx", "set_num_threads",
 ]

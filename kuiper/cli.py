@@ -1,4 +1,4 @@
-"""The `kuiper` command line: run, inspect, devices, lessons.
+"""The `kuiper` command line: run, inspect, export, devices, lessons.
 
 Errors print one line and exit with status 1 (2 for a usage error, as argparse does); `--debug`, before or after
 the command, shows the traceback instead. Warnings print one line each.
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,13 +23,18 @@ from pathlib import Path
 import numpy as np
 
 import kuiper
-from kuiper.errors import KuiperError
+from kuiper import folder, images, labels, references
+from kuiper.cpu.blas import restart_if_misread
+from kuiper.errors import ConfigError, KuiperError
+from kuiper.folder import json_float
 from kuiper.runtime.graph import BACKENDS
 
 SOURCE_MODELS = Path(__file__).resolve().parent.parent / "models"  # a source checkout's; a plain install has none
 DEFAULT_MODEL = Path("resnet18", "resnet18.pnnx.param")  # within models/
-IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+FOLDER_BATCH = 8  # images per forward in a folder run, unless --batch says otherwise
+RANDOM_WEIGHTS_NOTE = ("note: this model's weights are random (it was exported untrained: nothing could be "
+                       "downloaded), so its classes for a real image are meaningless; export a trained model with "
+                       "kuiper export FILE.py:FUNCTION")
 
 
 class CliError(KuiperError):
@@ -35,6 +42,8 @@ class CliError(KuiperError):
 
 
 def main(argv=None) -> int:
+    if argv is None:  # the process is kuiper's own: give numpy's BLAS its AVX-512 kernels if it misread the CPU
+        restart_if_misread()
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -106,12 +115,16 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common, custom], help="run a model (default: the embedded ResNet-18)")
     run.add_argument("model", nargs="?", help="a .pnnx.param file (default: the embedded ResNet-18)")
-    run.add_argument("--input", help="a .npy array, or an image (resized and normalized ImageNet-style)")
+    run.add_argument("--input", action="append", metavar="X.npy|IMAGE|FOLDER",
+                     help="a .npy array or an image (prepared as ImageNet classifiers expect: kuiper/images.py), "
+                          "once per model input, in order; or one folder: every image in it, in batches")
     run.add_argument("--backend", default="numpy", choices=BACKENDS,
                      help="numpy (default: fast CPU layers, fused), reference (the textbook layers only) or opencl")
     run.add_argument("--device", help="OpenCL device: P:D or a name substring (default: KUIPER_CL_DEVICE, first GPU, first CPU)")
     run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
-    run.add_argument("--batch", type=_positive, help="run at this batch size (the input is repeated or drawn)")
+    run.add_argument("--batch", type=_positive,
+                     help="run at this batch size (the input is repeated or drawn); with a folder, images per "
+                          f"forward (default {FOLDER_BATCH})")
     run.add_argument("--profile", action="store_true", help="time every operator")
     run.add_argument("--tune", action="store_true",
                      help="opencl: measure each layer's kernel variants once per shape and keep the fastest "
@@ -126,6 +139,20 @@ def _parser() -> argparse.ArgumentParser:
                           "KUIPER_MEMORY_LIMIT, else half of what the process may use)")
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
     run.add_argument("--save", metavar="FILE", help="write the outputs to this .npz (output0, output1, ...)")
+    run.add_argument("--out", metavar="FILE",
+                     help="with image input: one row per image, .csv (path, index, label, score, top-k indices) "
+                          "or .jsonl (path and top-k indices, labels, values)")
+    run.add_argument("--labels", metavar="FILE",
+                     help="class names, one per line (default: ImageNet's for an output of 1000 classes)")
+    prep = run.add_argument_group("image preparation (default: ImageNet's, as torchvision's classifiers expect)")
+    prep.add_argument("--resize", metavar="PIXELS",
+                      help="resize the short side to this (default 256; 8/7 of a fixed square input's side)")
+    prep.add_argument("--crop", metavar="PIXELS",
+                      help="then cut the centred square of this side (default 224, or the model's fixed input side)")
+    prep.add_argument("--mean", metavar="R,G,B",
+                      help="subtract per channel, on values in [0, 1] (default 0.485,0.456,0.406)")
+    prep.add_argument("--std", metavar="R,G,B",
+                      help="then divide per channel (default 0.229,0.224,0.225)")
     run.set_defaults(func=cmd_run)
 
     inspect = sub.add_parser("inspect", parents=[common, custom], help="operators, shapes, FLOPs, memory of a model")
@@ -138,6 +165,23 @@ def _parser() -> argparse.ArgumentParser:
                               "reference as the file has it")
     inspect.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     inspect.set_defaults(func=cmd_inspect)
+
+    export = sub.add_parser("export", parents=[common],
+                            help="export a PyTorch model to PNNX and check kuiper against PyTorch on it "
+                                 '(needs pip install "kuiper[export]")')
+    export.add_argument("spec", metavar="SPEC",
+                        help="torchvision:NAME (a classification or segmentation model, random weights) or "
+                             "FILE.py:FUNCTION (a function returning your torch.nn.Module)")
+    export.add_argument("--input-shape", action="append", metavar="N,C,H,W", type=_shape,
+                        help="trace at this input shape, once per model input (default 1,3,224,224)")
+    export.add_argument("--out", metavar="DIR", help="where the files go (default: ./NAME)")
+    export.add_argument("--name", help="the files' name (default: the model's or the function's name)")
+    export.add_argument("--randomize", action="store_true",
+                        help="give normalization statistics and layer scales random values first, which show "
+                             "a wrong layer that a fresh model's trivial ones would hide")
+    export.add_argument("--backend", default="numpy", choices=BACKENDS, help="the backend that checks it")
+    export.set_defaults(func=cmd_export)
+
     devices = sub.add_parser("devices", parents=[common], help="list OpenCL platforms and devices")
     devices.set_defaults(func=cmd_devices)
 
@@ -190,12 +234,25 @@ def cmd_run(args) -> None:
     console = _console()
     param = Path(args.model) if args.model else default_model()
     _require(param, "model")
+    sources = [Path(p) for p in args.input or []]
+    for path in sources:
+        _require(path, "input")
+    if args.out and Path(args.out).suffix not in folder.ROW_FORMATS:
+        raise CliError(f"--out {args.out}: unknown file type {Path(args.out).suffix!r} "
+                       f"(use {' or '.join(folder.ROW_FORMATS)})")
     if args.threads is not None:
         kuiper.set_num_threads(args.threads)
     graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
                         custom_ops=args.custom_op, tuning="measure" if args.tune else None,
                         memory_limit=args.memory_limit)
-    inputs, reference = _inputs_for(graph, param, args)
+    names = labels.read_names(args.labels) if args.labels else None
+    record = references.saved(param)
+    random_weights = bool(record and record.random_weights)
+    if args.out or any(path.is_dir() for path in sources):
+        _run_images(console, graph, param, sources, names, random_weights, args)
+        return
+
+    inputs, reference = _inputs_for(graph, param, sources, args)
     device = graph.runtime.device.name.strip() if graph.runtime is not None else None
     threads = kuiper.num_threads() if args.backend == "numpy" else None  # the reference backend runs on one
     if not args.json:
@@ -212,42 +269,53 @@ def cmd_run(args) -> None:
             times.append(time.perf_counter() - started)
     if args.save:
         np.savez(args.save, **{f"output{k}": out for k, out in enumerate(outputs)})
-    match = _match(outputs, reference) if reference is not None else None
+    try:
+        labels.check_names(names, outputs)
+    except ConfigError as e:
+        raise CliError(f"--labels {args.labels}: {e}") from None
+    match = references.compare(outputs, reference) if reference is not None else None
+    # the note is about what a real image's classes mean: said only when an image went in
+    note = random_weights and any(_is_image_input(path) for path in sources)
     if args.json:
         print(json.dumps({
             "model": str(param), "backend": args.backend, "device": device, "threads": threads,
             "inputs": [list(x.shape) for x in inputs], "forward_ms": float(np.median(times)) * 1e3,
-            "repeat": args.repeat, "outputs": [_output_summary(out, args.topk) for out in outputs],
-            "reference": None if match is None else {"matches": match[0], "max_abs_diff": _finite(match[1])},
+            "repeat": args.repeat, "outputs": [_output_summary(out, args.topk, names) for out in outputs],
+            "reference": None if match is None else {"matches": match.ok, "max_abs_diff": json_float(match.max_abs)},
+            "random_weights": random_weights,
             **({"trace": graph.last_trace} if args.trace else {}),
             **({"profile": _profile_rows(graph)} if args.profile else {}),
         }))
     else:
         console.print(f"forward: {np.median(times) * 1e3:.2f} ms" + (f" (median of {len(times)})" if len(times) > 1 else ""))
         for k, out in enumerate(outputs):
-            _print_output(console, k, out, args.topk)
+            _print_output(console, k, out, args.topk, names)
         if match is not None:
-            verdict = "[green]matches[/]" if match[0] else "[red]DOES NOT match[/]"
-            console.print(f"{verdict} the saved PyTorch output (max abs diff {match[1]:.2e})")
+            verdict = "[green]matches[/]" if match.ok else "[red]DOES NOT match[/]"
+            console.print(f"{verdict} the saved PyTorch output (max abs diff {match.max_abs:.2e})")
+        if note:
+            console.print(RANDOM_WEIGHTS_NOTE, highlight=False)
         if args.profile:
             _print_profile(console, graph)
-    if match is not None and not match[0]:
+    if match is not None and not match.ok:
         raise CliError("output differs from the saved PyTorch reference")
 
 
-def _inputs_for(graph, param: Path, args):
-    """The arrays to run, and PyTorch's outputs for them when the export tool saved some."""
-    if args.input:
-        path = Path(args.input)
-        _require(path, "input")
-        try:
-            x = np.load(path) if path.suffix == ".npy" else _load_image(path)
-        except (OSError, ValueError, EOFError) as e:  # not an array, or an image Pillow cannot read
-            raise CliError(f"--input {path}: cannot read it ({e})") from None
+def _inputs_for(graph, param: Path, sources: list, args):
+    """The arrays to run (one per --input, else the saved case, else random ones), and PyTorch's outputs for
+    them when the model was exported with some (references.py)."""
+    if sources and len(sources) != len(graph.input_operators):
+        raise CliError(f"--input is given {len(sources)} time(s), the model has {len(graph.input_operators)} "
+                       f"input(s)")
+    if not any(_is_image_input(path) for path in sources):
+        _no_preparation_without_images(args)
+    if sources:
+        inputs = [_read_input(path, op, args) for path, op in zip(sources, graph.input_operators)]
         if args.batch:
-            x = np.ascontiguousarray(np.repeat(x[:1], args.batch, axis=0))
-        return [x], None
-    case = _saved_case(param, args.batch or None)
+            inputs = [np.ascontiguousarray(np.repeat(x[:1], args.batch, axis=0)) for x in inputs]
+            return inputs, None
+        return inputs, references.outputs_for(param, sources)  # the saved case's own files: check them too
+    case = references.saved_case(param, args.batch or None)
     if case is not None:
         return case
     rng = np.random.default_rng(0)
@@ -261,73 +329,143 @@ def _inputs_for(graph, param: Path, args):
     return inputs, None
 
 
-def _saved_case(param: Path, batch):
-    """A case saved next to a committed model (models/manifest.json) whose batch matches, if any."""
-    manifest_path = param.resolve().parent.parent / "manifest.json"
-    if not manifest_path.exists():
-        return None
-    manifest = json.loads(manifest_path.read_text())
-    for entry in [*manifest["models"].values(), *manifest.get("custom_op_models", {}).values()]:
-        if (manifest_path.parent / entry["param"]).resolve() != param.resolve():
-            continue
-        for case in entry["cases"]:
-            if not all((manifest_path.parent / p).exists() for p in case["inputs"] + case["outputs"]):
-                continue  # a plain install carries the embedded model's batch-1 case only
-            inputs = [np.load(manifest_path.parent / p) for p in case["inputs"]]
-            if batch is None or inputs[0].shape[0] == batch:
-                return inputs, [np.load(manifest_path.parent / p) for p in case["outputs"]]
-    return None
+def _is_image_input(path: Path) -> bool:
+    return path.suffix != ".npy"  # whatever is not an array is read as an image (Pillow knows many formats)
 
 
-def _load_image(path: Path) -> np.ndarray:
-    """Resize the short side to 256, crop the centre 224x224, scale to [0,1], normalize with ImageNet stats."""
+def _read_input(path: Path, op, args) -> np.ndarray:
+    """A .npy file as it is; anything else as an image, prepared for graph input `op`."""
+    if _is_image_input(path):
+        return images.load_image(path, _preparation(op, args))
     try:
-        from PIL import Image
-    except ImportError:
-        raise CliError("reading images needs Pillow: pip install 'kuiper[image]'") from None
-    image = Image.open(path).convert("RGB")
-    scale = 256 / min(image.size)
-    image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BILINEAR)
-    left, top = (image.width - 224) // 2, (image.height - 224) // 2
-    image = image.crop((left, top, left + 224, top + 224))
-    x = (np.asarray(image, dtype=np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
-    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+        return np.load(path)
+    except (OSError, ValueError, EOFError) as e:  # not an array
+        raise CliError(f"--input {path}: cannot read it ({e})") from None
 
 
-def _print_output(console, k: int, out: np.ndarray, topk: int) -> None:
-    console.print(f"output {k}: shape {tuple(out.shape)}, mean {out.mean():.6f}, std {out.std():.6f}")
+PREPARATION = ("resize", "crop", "mean", "std")
+
+
+def _preparation(op, args) -> images.Preprocess:
+    """ImageNet's preparation, scaled to the input's side where the .param fixes a square one other than 224
+    (inception_v3's 299), with what --resize, --crop, --mean and --std change."""
+    base = images.Preprocess.for_shape(op.output_operand.shape)
+    given = {name: _preparation_value(name, getattr(args, name)) for name in PREPARATION
+             if getattr(args, name) is not None}
+    resize, crop = given.get("resize", base.resize), given.get("crop", base.crop)
+    if crop > resize:  # each valid alone, they do not fit together
+        said = lambda name, value: f"--{name} {value}" + ("" if name in given else " (the default)")
+        raise CliError(f"{said('crop', crop)} is larger than {said('resize', resize)}: the crop must fit in the "
+                       f"resized image")
+    return dataclasses.replace(base, **given)
+
+
+def _preparation_value(name: str, text: str):
+    """--resize/--crop: pixels, at least 1; --mean/--std: R,G,B (or one number for all three), std above 0."""
+    if name in ("resize", "crop"):
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise CliError(f"--{name} {text!r}: give a whole number of pixels, at least 1")
+        return value
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) not in (1, 3) or not all(np.isfinite(values)):
+        raise CliError(f"--{name} {text!r}: give three numbers R,G,B (or one for all three)")
+    if name == "std" and not all(v > 0 for v in values):
+        raise CliError(f"--std {text!r}: every channel's std must be above 0 (it divides)")
+    return values * 3 if len(values) == 1 else values
+
+
+def _no_preparation_without_images(args) -> None:
+    given = [f"--{name}" for name in PREPARATION if getattr(args, name) is not None]
+    if given:
+        raise CliError(f"{' '.join(given)} prepare images: give --input IMAGE or a folder of them")
+
+
+def _run_images(console, graph, param: Path, sources: list, names, random_weights: bool, args) -> None:
+    """--input FOLDER, or --out with an image: the images in batches, one row of classes per image."""
+    if len(sources) != 1 or len(graph.input_operators) != 1:
+        raise CliError(f"a folder of images (or --out) needs a model with one input and one --input; the model "
+                       f"has {len(graph.input_operators)} input(s) and --input is given {len(sources)} time(s)")
+    source = sources[0]
+    if not source.is_dir() and not _is_image_input(source):
+        raise CliError(f"--out writes one row per image: --input {source} is not an image or a folder of them")
+    for option in ("save", "profile", "trace"):
+        if getattr(args, option):
+            raise CliError(f"--{option} takes one forward: run a single image without --out for it")
+    paths = images.find_images(source) if source.is_dir() else [source]
+    pre = _preparation(graph.input_operators[0], args)
+    batch = args.batch or FOLDER_BATCH
+    with _progress(len(paths), show=not args.json) as advance:
+        run = folder.classify(graph, paths, pre, batch, args.topk, names, on_progress=advance)
+    if args.out:
+        folder.write_rows(Path(args.out), run.rows)
+    if args.json:
+        print(json.dumps({
+            "model": str(param), "backend": args.backend, "images": len(paths), "batch": batch,
+            "skipped": [str(p) for p in run.skipped], "random_weights": random_weights, "out": args.out,
+            **({} if args.out else {"rows": [folder.row_dict(row) for row in run.rows]}),
+        }))
+        return
+    if not args.out:
+        for row in run.rows:
+            console.print(f"{row.path}: " + _classes(row.indices, row.values, row.labels), highlight=False)
+    skipped = f", {len(run.skipped)} skipped (unreadable)" if run.skipped else ""
+    console.print(f"{len(run.rows)} image(s) of {source} through {param.name} in batches of {batch}{skipped}"
+                  + (f"; rows written to {args.out}" if args.out else ""), highlight=False)
+    if random_weights:
+        console.print(RANDOM_WEIGHTS_NOTE, highlight=False)
+
+
+@contextlib.contextmanager
+def _progress(total: int, show: bool):
+    """A progress bar over `total` images on stderr (not where the results go); none when stderr is not a
+    terminal or the output is JSON. Yields the function that advances it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("images"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=console, transient=True, disable=not (show and console.is_terminal))
+    with bar:
+        task = bar.add_task("images", total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _classes(indices, values, names) -> str:
+    """Top-k as `281 tabby (12.346), ...` with names, `281:12.346  ...` without (5 significant digits: an
+    untrained model's scores may all be below 1e-6)."""
+    if names is None:
+        return "  ".join(f"{i}:{v:.5g}" for i, v in zip(indices, values))
+    return ", ".join(f"{i} {name} ({v:.5g})" for i, name, v in zip(indices, names, values))
+
+
+def _print_output(console, k: int, out: np.ndarray, topk: int, names=None) -> None:
+    console.print(f"output {k}: shape {tuple(out.shape)}, mean {out.mean():.6g}, std {out.std():.6g}")
     if out.ndim == 2:
-        for n, row in enumerate(out[:4]):
-            best = np.argsort(row)[::-1][:topk]
-            console.print(f"  item {n} top-{topk}: " + "  ".join(f"{i}:{row[i]:.4f}" for i in best))
+        classes = labels.names_for(out, names)
+        indices, values = labels.top_k(out[:4], topk)
+        for n, (row_indices, row_values) in enumerate(zip(indices, values)):
+            row_names = None if classes is None else [classes[i] for i in row_indices]
+            console.print(f"  item {n} top-{len(row_indices)}: " + _classes(row_indices, row_values, row_names),
+                          highlight=False)
 
 
-def _match(outputs: list, reference: list) -> tuple:
-    """(whether the outputs match PyTorch's, the largest absolute difference; inf where a shape differs)."""
-    ok = len(outputs) == len(reference)
-    worst = 0.0
-    for out, ref in zip(outputs, reference):
-        tolerance = 1e-4 * max(1.0, float(np.abs(ref).max()))
-        diff = float(np.abs(out - ref).max()) if out.shape == ref.shape else float("inf")
-        worst = max(worst, diff)
-        ok = ok and out.shape == ref.shape and bool(np.allclose(out, ref, rtol=1e-4, atol=tolerance))
-    return ok, worst
-
-
-def _finite(x) -> float | None:
-    """A float for JSON, which has no NaN or infinity: those become null."""
-    x = float(x)
-    return x if np.isfinite(x) else None
-
-
-def _output_summary(out: np.ndarray, topk: int) -> dict:
+def _output_summary(out: np.ndarray, topk: int, names=None) -> dict:
     summary = {"shape": list(out.shape), "dtype": str(out.dtype)}
-    summary.update({k: _finite(f(out)) for k, f in
+    summary.update({k: json_float(f(out)) for k, f in
                     (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max))})
-    if out.ndim == 2:  # one row of logits per item: its best classes, best first
-        best = np.argsort(out, axis=1)[:, ::-1][:, :topk]
-        summary["topk"] = {"indices": best.tolist(),
-                           "values": [[_finite(v) for v in row] for row in np.take_along_axis(out, best, 1)]}
+    if out.ndim == 2:  # one row of scores per item: its best classes, best first
+        indices, values = labels.top_k(out, topk)
+        summary["topk"] = {"indices": indices.tolist(), "values": [[json_float(v) for v in row] for row in values]}
+        classes = labels.names_for(out, names)
+        if classes is not None:
+            summary["topk"]["labels"] = [[classes[i] for i in row] for row in indices]
     return summary
 
 
@@ -489,6 +627,76 @@ def _draw(graph, path: Path) -> None:
             raise CliError(f"--graph {path}: graphviz's dot failed (status {done.returncode}): {said}")
     else:
         raise CliError(f"--graph: unknown file type {path.suffix!r} (use .mmd, .dot, .svg or .png)")
+
+
+# ---- export -----------------------------------------------------------------------------------------
+def cmd_export(args) -> None:
+    from kuiper import export as exporting
+
+    exporting.require()  # before anything else: without torch and pnnx, say what to install
+    name = args.name or exporting.default_name(args.spec)
+    out = Path(args.out) if args.out else Path(name)
+    shapes = args.input_shape or [exporting.default_shape(args.spec)]
+    # a model from torchvision here has random weights (nothing is downloaded); --randomize makes any random
+    random_weights = args.spec.startswith("torchvision:") or args.randomize
+    with _phases() as phase:
+        phase(f"building {args.spec}")
+        module = exporting.build_module(args.spec)
+        if args.randomize:
+            exporting.randomize(module, seed=0)
+        done = exporting.export(module, shapes, out, name, progress=phase, spec=args.spec,
+                                random_weights=random_weights)
+        phase(f"checking kuiper ({args.backend}) against PyTorch")
+        checked = exporting.check(done.param, done.inputs, done.outputs, backend=args.backend)
+
+    console = _console()
+    files = [(f"{done.param.name}, {done.bin.name}", "the graph and its weights"),
+             (", ".join(p.name for p in done.inputs + done.outputs), "a sample input and PyTorch's output for it"),
+             (done.record.name, "versions, shapes, files")]
+    console.print(f"exported {args.spec} at input {', '.join('x'.join(map(str, s)) for s in shapes)} "
+                  f"to {done.param.parent}:", highlight=False)
+    for names, what in files:
+        console.print(f"  {names}  ({what})", highlight=False)
+    if checked.missing:
+        console.print(f"[red]kuiper has no layer for {len(checked.missing)} operator type(s) of this model:[/]")
+        for type_, ops in checked.missing.items():
+            console.print(f"  {type_}: {len(ops)} operator(s) ({', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''})",
+                          highlight=False)
+        raise CliError(f"kuiper cannot run {name} yet: {len(checked.missing)} operator type(s) have no layer "
+                       f"(a custom operator can serve one: lesson 18)")
+    if checked.error:
+        raise CliError(f"kuiper cannot run {name}: {checked.error}")
+    for k, diff in enumerate(checked.comparison.diffs):
+        verdict = "[green]matches[/]" if diff.ok else "[red]DOES NOT match[/]"
+        console.print(f"output {k}: kuiper ({args.backend}) {verdict} PyTorch (max abs diff {diff.max_abs:.2e}, "
+                      f"{diff.relative:.1e} of PyTorch's largest value)")
+    if not checked.ok:
+        raise CliError(f"kuiper's output differs from PyTorch's on {name} (max abs diff "
+                       f"{checked.comparison.max_abs:.2e})")
+    console.print(f"run it: kuiper run {done.param} --input IMAGE", highlight=False)
+    if random_weights:
+        console.print("note: its weights are random, so its classes for a real image are meaningless; a "
+                      "FILE.py:FUNCTION can load trained ones", highlight=False)
+
+
+@contextlib.contextmanager
+def _phases():
+    """A spinner with the current phase on stderr while exporting; yields the function that sets the phase.
+    pnnx sends its own printing (file descriptors 1 and 2) to a log meanwhile, so the spinner writes to a copy
+    of stderr made before that. None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield lambda phase: None
+        return
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    spinner = Spinner("dots", text="starting")
+    with os.fdopen(os.dup(sys.stderr.fileno()), "w") as stream:
+        # Live prints what Python writes meanwhile (a warning) above the spinner; while pnnx runs, its log
+        # takes that too (kuiper.export.output_to)
+        with Live(spinner, console=Console(file=stream), transient=True, refresh_per_second=12):
+            yield lambda phase: spinner.update(text=f"{phase} ...")
 
 
 # ---- lessons ----------------------------------------------------------------------------------------

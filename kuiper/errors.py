@@ -59,3 +59,12 @@ class KernelBuildError(BackendError):
 class CustomOpError(KuiperError):
     """A custom operator (a kernel file plus its TOML config) is not valid; the message names the config
     file and the key at fault."""
+
+
+class ImageError(KuiperError, ValueError):
+    """An image cannot be read, or a folder holds none; the message names the file or folder."""
+
+
+class ExportError(KuiperError):
+    """A model cannot be built or exported to PNNX (unknown name, missing factory, pnnx failing); the message
+    says which, in one line."""

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +192,210 @@ def test_the_default_model_is_the_package_data_without_a_source_checkout(tmp_pat
     assert status == 0 and json.loads(out)["reference"]["matches"] is True
     status, out, _ = run(["run", "--json", "--batch", "3"], capsys)  # b3's files are not installed: no reference
     assert status == 0 and json.loads(out)["reference"] is None
+
+
+# ---- images, labels, several inputs, folders -----------------------------------------------------------
+from PIL import Image  # noqa: E402  (the dev extra has Pillow; the image tests below need it)
+
+from kuiper import labels  # noqa: E402
+
+TWO = model_paths("expr_two_inputs")[0]
+
+
+def picture(path, seed, mode="RGB", size=(300, 260)):
+    """A random picture of the given mode, saved by suffix."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    Image.fromarray(pixels).convert(mode).save(path)
+    return path
+
+
+def test_an_image_run_names_the_classes_and_says_the_weights_are_random(tmp_path, capsys):
+    image = picture(tmp_path / "cat.png", 1)
+    status, out, err = run(["run", "--input", str(image), "--json", "--topk", "3"], capsys)
+    assert status == 0 and not err
+    report = json.loads(out)
+    topk = report["outputs"][0]["topk"]
+    names = labels.imagenet_classes()
+    assert topk["labels"] == [[names[i] for i in topk["indices"][0]]]
+    assert report["random_weights"] is True and report["reference"] is None
+    status, out, _ = run(["run", "--input", str(image), "--topk", "3"], capsys)
+    best = topk["indices"][0][0]
+    assert status == 0 and f"item 0 top-3: {best} {names[best]} (" in out
+    assert cli.RANDOM_WEIGHTS_NOTE in out.replace("\n", "")
+    # the same model on its saved array input: no image, so no note
+    status, out, _ = run(["run"], capsys)
+    assert status == 0 and "random" not in out and "matches the saved PyTorch output" in out
+
+
+def test_input_is_repeatable_one_per_model_input(tmp_path, capsys):
+    (_, inputs, references), = model_cases("expr_two_inputs")
+    files = [str(tmp_path / f"in{k}.npy") for k in range(2)]
+    for path, x in zip(files, inputs):
+        np.save(path, x)
+    status, out, _ = run(["run", str(TWO), "--input", files[0], "--input", files[1], "--save",
+                          str(tmp_path / "out.npz")], capsys)
+    assert status == 0 and "input 2x5x7x9, 2x1x7x9" in out
+    saved = np.load(tmp_path / "out.npz")
+    for k, ref in enumerate(references):
+        assert np.allclose(saved[f"output{k}"], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    # the saved case's own files: checked against PyTorch's outputs for them
+    manifest_dir = TWO.parent.parent
+    case = json.loads((manifest_dir / "manifest.json").read_text())["models"]["expr_two_inputs"]["cases"][0]
+    status, out, _ = run(["run", str(TWO), *[a for p in case["inputs"] for a in ("--input", str(manifest_dir / p))]],
+                         capsys)
+    assert status == 0 and "matches the saved PyTorch output" in out
+    status, _, err = run(["run", str(TWO), "--input", files[0]], capsys)
+    assert status == 1 and one_line(err) == "kuiper: error: --input is given 1 time(s), the model has 2 input(s)"
+
+
+def test_run_reads_the_record_kuiper_export_writes(tmp_path, capsys):
+    """NAME.export.json beside NAME.pnnx.param names the sample input and PyTorch's output (written here by
+    hand from a committed model, so that no torch is needed)."""
+    param, bin_ = model_paths("act_zoo")
+    shutil.copy(param, tmp_path / "act.pnnx.param")
+    shutil.copy(bin_, tmp_path / "act.pnnx.bin")
+    (_, [x], outputs), = model_cases("act_zoo")
+    np.save(tmp_path / "act_in0.npy", x)
+    for k, out in enumerate(outputs):
+        np.save(tmp_path / f"act_out{k}.npy", out)
+    record = {"inputs": [{"file": "act_in0.npy", "shape": list(x.shape)}], "random_weights": False,
+              "outputs": [{"file": f"act_out{k}.npy", "shape": list(out.shape)} for k, out in enumerate(outputs)]}
+    (tmp_path / "act.export.json").write_text(json.dumps(record))
+    status, out, _ = run(["run", str(tmp_path / "act.pnnx.param"), "--json"], capsys)
+    report = json.loads(out)
+    assert status == 0 and report["reference"]["matches"] is True and report["inputs"] == [list(x.shape)]
+    assert report["random_weights"] is False
+    np.save(tmp_path / "act_out3.npy", outputs[3] + 1)  # PyTorch said otherwise: a failed check, status 1
+    status, out, err = run(["run", str(tmp_path / "act.pnnx.param")], capsys)
+    assert status == 1 and "DOES NOT match the saved PyTorch output" in out
+    assert one_line(err) == "kuiper: error: output differs from the saved PyTorch reference"
+    (tmp_path / "act.export.json").write_text("{not json")
+    status, _, err = run(["run", str(tmp_path / "act.pnnx.param")], capsys)
+    assert status == 1 and one_line(err).startswith(f"kuiper: error: {tmp_path / 'act.export.json'}: not a record "
+                                                    f"kuiper export wrote (JSONDecodeError: ")
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """Five images of three kinds (one grayscale, one RGBA), an unreadable one and a file that is no image."""
+    images = tmp_path / "images"
+    images.mkdir()
+    picture(images / "b.png", 2)
+    picture(images / "a.jpg", 3)
+    picture(images / "c.PNG", 4, mode="L")
+    picture(images / "d.png", 5, mode="RGBA", size=(224, 400))
+    picture(images / "e.bmp", 6, size=(256, 256))
+    (images / "broken.png").write_bytes(b"\x89PNG cut short")
+    (images / "readme.txt").write_text("not an image")
+    return images
+
+
+def test_a_folder_runs_in_batches_and_writes_csv_and_jsonl(folder, tmp_path, capsys):
+    names = labels.imagenet_classes()
+    status, out, err = run(["run", "--input", str(folder), "--batch", "2", "--topk", "4",
+                            "--out", str(tmp_path / "rows.csv")], capsys)
+    assert status == 0
+    assert one_line(err).startswith(f"kuiper: warning: skipped {folder / 'broken.png'}: cannot read it as an image")
+    assert "5 image(s)" in out and "1 skipped" in out and cli.RANDOM_WEIGHTS_NOTE in out.replace("\n", "")
+    import csv
+
+    with open(tmp_path / "rows.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [Path(r["path"]).name for r in rows] == ["a.jpg", "b.png", "c.PNG", "d.png", "e.bmp"]
+    status, out, _ = run(["run", "--input", str(folder), "--out", str(tmp_path / "rows.jsonl"), "--topk", "4"],
+                         capsys)
+    lines = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [line["path"] for line in lines] == [r["path"] for r in rows]
+    for row, line in zip(rows, lines):
+        # each row is what a run on that image alone gives
+        status, out, _ = run(["run", "--input", row["path"], "--json", "--topk", "4"], capsys)
+        alone = json.loads(out)["outputs"][0]["topk"]
+        assert row["topk"] == " ".join(map(str, alone["indices"][0])) == " ".join(map(str, line["indices"]))
+        assert int(row["index"]) == alone["indices"][0][0] and row["label"] == names[alone["indices"][0][0]]
+        assert float(row["score"]) == pytest.approx(alone["values"][0][0], rel=1e-4, abs=1e-4)
+        assert line["labels"] == alone["labels"][0]
+        assert line["values"] == pytest.approx(alone["values"][0], rel=1e-4, abs=1e-4)
+
+
+def test_a_folder_without_out_prints_a_line_per_image_and_json_gives_the_rows(folder, capsys):
+    status, out, _ = run(["run", "--input", str(folder), "--topk", "2"], capsys)
+    assert status == 0 and len([line for line in out.splitlines() if line.startswith(str(folder))]) == 5
+    status, out, err = run(["run", "--input", str(folder), "--json"], capsys)
+    report = json.loads(out)
+    assert report["images"] == 6 and report["skipped"] == [str(folder / "broken.png")] and report["batch"] == 8
+    assert len(report["rows"]) == 5 and report["rows"][0]["labels"][0] in labels.imagenet_classes()
+
+
+def test_labels_from_a_file(tmp_path, capsys):
+    model = str(model_paths("reshape_batch")[0])  # its second output: 5 classes per item
+    (tmp_path / "names.txt").write_text("# five names\nzero\none\ntwo\nthree\nfour\n")
+    status, out, _ = run(["run", model, "--labels", str(tmp_path / "names.txt"), "--json"], capsys)
+    topk = json.loads(out)["outputs"][1]["topk"]
+    assert status == 0 and topk["labels"][0] == [["zero", "one", "two", "three", "four"][i]
+                                                 for i in topk["indices"][0]]
+    (tmp_path / "names.txt").write_text("zero\none\n")
+    status, _, err = run(["run", model, "--labels", str(tmp_path / "names.txt")], capsys)
+    assert status == 1 and one_line(err) == (f"kuiper: error: --labels {tmp_path / 'names.txt'}: 2 class names, "
+                                             f"but no output has 2 classes (classes per output: 5)")
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--resize", "x"], "--resize 'x': give a whole number of pixels, at least 1"),
+    (["--crop", "0"], "--crop '0': give a whole number of pixels, at least 1"),
+    (["--mean", "0.5,0.5"], "--mean '0.5,0.5': give three numbers R,G,B (or one for all three)"),
+    (["--std", "1,0,1"], "--std '1,0,1': every channel's std must be above 0 (it divides)"),
+    (["--crop", "300"], "--crop 300 is larger than --resize 256 (the default): the crop must fit in the resized image"),
+    (["--out", "rows.txt"], "--out rows.txt: unknown file type '.txt' (use .csv or .jsonl)"),
+    (["--save", "x.npz", "--out", "rows.csv"], "--save takes one forward: run a single image without --out for it"),
+])
+def test_image_options_are_checked_in_one_line(options, message, tmp_path, capsys):
+    status, out, err = run(["run", "--input", str(picture(tmp_path / "p.png", 0)), *options], capsys)
+    assert status == 1 and not out and one_line(err) == f"kuiper: error: {message}"
+
+
+def test_folder_and_preparation_errors_are_one_line(folder, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    status, _, err = run(["run", "--input", str(empty)], capsys)
+    assert status == 1 and one_line(err) == (f"kuiper: error: {empty}: no images in this folder (looked for .jpg "
+                                             f".jpeg .png .bmp .gif .webp .tif .tiff)")
+    status, _, err = run(["run", str(TWO), "--input", str(folder)], capsys)
+    assert status == 1 and one_line(err).startswith("kuiper: error: a folder of images (or --out) needs a model with "
+                                                    "one input and one --input; the model has 2 input(s)")
+    (empty / "x.png").write_bytes(b"nothing")
+    status, _, err = run(["run", "--input", str(empty)], capsys)
+    assert status == 1 and err.splitlines()[-1] == "kuiper: error: none of the 1 image(s) could be read"
+    status, _, err = run(["run", "--resize", "300"], capsys)
+    assert status == 1 and one_line(err) == ("kuiper: error: --resize prepare images: give --input IMAGE or a folder "
+                                             "of them")
+    unet = str(model_paths("unet_tiny")[0])  # its first output (N, 4, H, W) is no row of classes per image
+    status, _, err = run(["run", unet, "--input", str(folder)], capsys)
+    assert status == 1 and err.splitlines()[-1] == ("kuiper: error: the model's first output has shape (5, 4, 224, "
+                                                    "224), not (images, classes): a folder of images gives one row "
+                                                    "of classes per image")
+
+
+def test_a_fixed_input_side_scales_the_preparation():
+    """A model whose .param fixes 299 x 299 (inception_v3) gets ImageNet's preparation scaled: 342, crop 299."""
+    from types import SimpleNamespace
+
+    op = SimpleNamespace(output_operand=SimpleNamespace(shape=(1, 3, 299, 299)))
+    args = SimpleNamespace(resize=None, crop=None, mean=None, std="0.5")
+    pre = cli._preparation(op, args)
+    assert (pre.resize, pre.crop, pre.std) == (342, 299, (0.5, 0.5, 0.5))
+
+
+def test_export_without_torch_says_what_to_install(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if not installed: importing it raises ImportError
+    status, out, err = run(["export", "torchvision:resnet18"], capsys)
+    assert status == 1 and not out
+    assert one_line(err).startswith("kuiper: error: exporting needs torch and pnnx (torch")
+    assert one_line(err).endswith('not installed): pip install "kuiper[export]"')
+
+
+def test_importing_kuiper_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, kuiper, kuiper.cli, kuiper.export; assert 'torch' not in sys.modules, 'torch imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -7,7 +7,7 @@ pin takes the CPU build of torch, while the extra's unpinned `torch` would pull 
 committed files were made with torch 2.13.0+cpu and pnnx 20261020.
 
 Every model is plain torch code defined here (no torchvision), built from a fixed seed and exported
-in eval mode. For each model the tool writes into OUT/NAME/:
+in eval mode; its weights are random (the manifest says `"random_weights": true`). For each model the tool writes into OUT/NAME/:
 
     NAME.pnnx.param, NAME.pnnx.bin    what pnnx wrote (its other outputs are dropped)
     CASE_inK.npy, CASE_outK.npy        float32 inputs and torch's outputs (tuple outputs flattened)
@@ -22,8 +22,6 @@ that serve it, so that suites running every model with the built-in layers leave
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -39,6 +37,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from kuiper.export import output_to, randomize  # shared with `kuiper export`
+
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS_LIMIT = 100 * 1024  # bytes per weights.npz: reference values, not a second copy of the model
 
@@ -49,17 +49,6 @@ def he_init(model: nn.Module, mode: str = "fan_in") -> None:
     for m in model.modules():
         if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
             nn.init.kaiming_normal_(m.weight, mode=mode, nonlinearity="relu")
-
-
-def randomize_batchnorm(model: nn.Module) -> None:
-    """Give every BatchNorm non-trivial statistics and affine values, so a wrong folding shows."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.normal_(0.0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0.0, 0.1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +92,7 @@ class ResNet18(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(512, num_classes)
         he_init(self, mode="fan_out")  # as torchvision does
-        randomize_batchnorm(self)
+        randomize(self)  # from torch's global generator, seeded by build_model
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -134,7 +123,7 @@ class ConvZoo(nn.Module):
             6, 9, (3, 2), stride=(2, 3), padding=(2, 1), output_padding=(1, 2), groups=3, dilation=(2, 1), bias=False
         )
         he_init(self)
-        randomize_batchnorm(self)
+        randomize(self)  # from torch's global generator, seeded by build_model
 
     def forward(self, x):
         x = F.relu(self.stride2(self.bn(x)))
@@ -319,7 +308,7 @@ class UNetTiny(nn.Module):
         self.head_full = nn.Conv2d(8, 4, 1)
         self.head_low = nn.Conv2d(16, 6, 1)
         he_init(self)
-        randomize_batchnorm(self)
+        randomize(self)  # from torch's global generator, seeded by build_model
 
     def forward(self, x):
         s = self.stem(x)
@@ -489,28 +478,6 @@ def case_inputs(name: str, case: str, shapes: tuple, scale: float) -> list:
     return [torch.randn(shape, generator=g) * scale for shape in shapes]
 
 
-@contextlib.contextmanager
-def output_to(log_path: Path):
-    """pnnx's C++ passes print straight to fds 1 and 2: keep that in a log unless something fails."""
-    libc = ctypes.CDLL(None)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(log_path, "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            libc.fflush(None)  # C stdio buffers would otherwise land on the restored terminal
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-
-
 def operator_types(param: Path) -> list:
     lines = param.read_text().splitlines()[2:]  # magic, then the operator/operand counts
     return sorted({line.split()[0] for line in lines if line.strip()})
@@ -596,6 +563,8 @@ def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
         "operator_types": operator_types(model_dir / f"{name}.pnnx.param"),
         "cases": entry_cases,
         "weights": f"{name}/weights.npz",
+        # every model here is built from a seed, never trained: `kuiper run` says so when given an image
+        "random_weights": True,
     }
     if spec.custom_ops:  # relative to the manifest, as every other path in it
         entry["custom_ops"] = [os.path.relpath(ROOT / config, out_dir) for config in spec.custom_ops]

@@ -6,7 +6,9 @@ The notes' ```bash blocks are not doctests, so each checkpoint calls `check_shel
 which finds every command in lesson N's bash blocks and verifies it: `kuiper ...` commands are run through
 kuiper.cli.main and must exit 0; `python -m pytest FILES` must name files that exist; `kuiper lesson N`
 must name a lesson (tests/lessons/test_course_cli.py runs that command for real, here it would recurse);
-`pip install -e ".[extra]"` must name extras setup.cfg defines. A command of any other form fails the
+`pip install -e ".[extra]"` must name extras setup.cfg defines. `kuiper export` needs torch, which the
+checkpoints do not: it and the later `kuiper` commands that name its output folder are parsed by kuiper's own
+parser, not run (tests/test_export.py runs export for real). A command of any other form fails the
 check, so a new kind of command cannot slip in unverified. course_notes/README.md goes through the same
 check in test_course_cli.py.
 """
@@ -64,10 +66,16 @@ def run_cli(argv: list, capsys) -> tuple:
 def check_commands(commands: list, capsys, where: str) -> dict:
     """Verify each command (see the module docstring); {command: stdout} for the kuiper commands run."""
     outputs = {}
+    exported = []  # the folders the `kuiper export` commands so far write
     assert commands, f"{where} has no ```bash commands"
     for command in commands:
         words = shlex.split(command)
-        if words[:2] == ["kuiper", "lesson"]:
+        if words[:2] == ["kuiper", "export"]:
+            args = _parsed(words, command)
+            exported.append(Path(args.out or args.name or args.spec.rsplit(":", 1)[-1]))
+        elif words[0] == "kuiper" and any(Path(w).parts[:len(d.parts)] == d.parts for w in words for d in exported):
+            _parsed(words, command)
+        elif words[:2] == ["kuiper", "lesson"]:
             assert len(words) == 3 and int(words[2]) in {l.number for l in course.find_lessons(ROOT)}, command
         elif words[:2] == ["kuiper", "lessons"]:
             pass  # runs every checkpoint: test_course_cli.py covers it
@@ -88,6 +96,14 @@ def check_commands(commands: list, capsys, where: str) -> dict:
         else:
             raise AssertionError(f"{where}: no check knows the shell command `{command}`")
     return outputs
+
+
+def _parsed(words: list, command: str):
+    """`kuiper ...` parsed as kuiper would parse it (argparse exits on a bad command line: that fails here)."""
+    try:
+        return cli._parser().parse_args(words[1:])
+    except SystemExit:
+        raise AssertionError(f"`{command}` does not parse") from None
 
 
 def check_shell_commands(number: int, capsys) -> dict:

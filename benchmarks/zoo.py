@@ -1,0 +1,231 @@
+"""The torchvision zoo on kuiper: each architecture exported with pnnx, checked against PyTorch on numpy and
+OpenCL, and timed beside torch eager and onnxruntime.
+
+    python benchmarks/zoo.py [--models resnet50,vit_b_16] [--engines numpy,opencl,torch,onnxruntime]
+                             [--threads 2] [--rounds 3] [--runs 5] [--warmup 2] [--device SPEC]
+                             [--cache DIR] [--check] [--json FILE]
+
+Needs the `export` extra (torch, torchvision, pnnx) and, for that engine, onnxruntime and onnx. Models have
+random weights (nothing is downloaded), made to show errors: BatchNorm statistics, LayerNorm affine values and
+layer scales get random values (kuiper.export.randomize). Each is exported once into --cache (default
+~/.cache/kuiper/zoo) at batch 1, with a seeded input, PyTorch's output, its weights for torch and an ONNX copy.
+
+Every engine on every model then runs in a fresh process of its own, all of them in turn, --rounds times
+(benchmarks/processes.py). Each process first checks the engine's output against PyTorch's (max |diff| /
+max |ref|, at most 1e-4 to pass) and then times --runs forwards after --warmup. The table gives each engine's
+median over the rounds, and kuiper numpy's time over torch's and onnxruntime's as the median of the per-round
+ratios. --check runs one round of one forward: correctness only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the architectures of the real-models issue, at their default input size (inception_v3: 299)
+ZOO = ["vit_b_16", "swin_t", "swin_v2_t", "maxvit_t", "convnext_tiny", "shufflenet_v2_x1_0", "efficientnet_b0",
+       "efficientnet_v2_s", "regnet_y_400mf", "regnet_x_400mf", "mobilenet_v2", "mobilenet_v3_small",
+       "mobilenet_v3_large", "mnasnet1_0", "resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2",
+       "densenet121", "vgg11_bn", "inception_v3", "googlenet", "squeezenet1_1", "alexnet",
+       "fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large"]
+TOLERANCE = 1e-4  # max |kuiper - torch| / max |torch|
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help="comma-separated torchvision names (default: the whole zoo)")
+    parser.add_argument("--engines", default="numpy,opencl,torch,onnxruntime",
+                        help="comma-separated: numpy, opencl (kuiper's default device, or --device), torch, onnxruntime")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kuiper" / "zoo")
+    parser.add_argument("--check", action="store_true", help="one round of one forward: correctness only")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # ENGINE: time it on --models in this process
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.check:
+        args.rounds, args.runs, args.warmup = 1, 1, 0
+    models = args.models.split(",") if args.models else ZOO
+    engines = args.engines.split(",")
+    failed = {name: why for name in models if (why := export(name, args.cache, "onnxruntime" in engines))}
+    from processes import python, run_rounds
+
+    options = ["--cache", args.cache, "--threads", args.threads, "--runs", args.runs, "--warmup", args.warmup]
+    options += ["--device", args.device] if args.device else []
+    jobs = {(name, engine): python(__file__, "--worker", engine, "--models", name, *options)
+            for name in models if name not in failed for engine in engines}
+    results = run_rounds(jobs, args.rounds, lambda r, key: print(f"round {r + 1}/{args.rounds}: {key[0]} on "
+                                                                    f"{key[1]}", file=sys.stderr, flush=True))
+    report(models, engines, failed, results, args)
+
+
+# ---- exporting (this process) ---------------------------------------------------------------------------
+def export(name: str, cache: Path, onnx: bool) -> str | None:
+    """Export `name` into cache/name once; None, or why it could not be exported."""
+    folder = cache / name
+    if (folder / f"{name}.export.json").exists() and (folder / "torch_state.pt").exists() and \
+            (not onnx or (folder / f"{name}.onnx").exists()):
+        return None
+    import torch
+
+    from kuiper import export as kx
+    from kuiper.errors import KuiperError
+
+    print(f"exporting {name}", file=sys.stderr, flush=True)
+    try:
+        module = model(name)
+        shape = kx.default_shape(f"torchvision:{name}")
+        kx.export(module, [shape], folder, name, spec=f"torchvision:{name}", random_weights=True)
+        torch.save(module.state_dict(), folder / "torch_state.pt")
+        if onnx:
+            from onnx_engine import export_onnx
+
+            export_onnx(module, torch.zeros(shape), folder / f"{name}.onnx")
+    except (KuiperError, RuntimeError) as e:
+        return (str(e).splitlines() or [type(e).__name__])[0]
+    return None
+
+
+def model(name: str):
+    """The torch module, with the random values that show errors (the same every time)."""
+    import torch
+
+    from kuiper import export as kx
+
+    torch.manual_seed(0)
+    module = kx.build_module(f"torchvision:{name}")
+    kx.randomize(module, seed=0)
+    return module.eval()
+
+
+# ---- one engine on one model (a process of its own) -----------------------------------------------------
+def worker(args) -> None:
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)  # before numpy or torch loads its BLAS
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from kuiper.cpu.blas import restart_if_misread
+
+    restart_if_misread()
+    name = args.models
+    folder = args.cache / name
+    record = json.loads((folder / f"{name}.export.json").read_text())
+    x = np.load(folder / record["inputs"][0]["file"])
+    reference = np.load(folder / record["outputs"][0]["file"])
+    label, forward = engine(args, name, folder)
+    out = forward(x)
+    error = float(np.abs(out - reference).max() / max(float(np.abs(reference).max()), 1e-30))
+    for _ in range(args.warmup):
+        forward(x)
+    times = []
+    for _ in range(args.runs):
+        started = time.perf_counter()
+        forward(x)
+        times.append(time.perf_counter() - started)
+    args.json.write_text(json.dumps({"engine": label, "relative_error": error,
+                                     "median_ms": statistics.median(times) * 1e3}))
+
+
+def engine(args, name: str, folder: Path):
+    """(label, forward(x) -> the first output as a numpy array) of --worker on this model."""
+    if args.worker in ("numpy", "opencl"):
+        import kuiper
+
+        kuiper.set_num_threads(args.threads)
+        options = {"device": args.device} if args.worker == "opencl" and args.device else {}
+        graph = kuiper.load(folder / f"{name}.pnnx.param", backend=args.worker, **options)
+        label = f"kuiper-{args.worker}"
+        if graph.runtime is not None:
+            label += f" ({graph.runtime.device.name.strip()})"
+        return label, lambda x: graph.forward(x)[0]
+    if args.worker == "onnxruntime":
+        from onnx_engine import onnxruntime_forward
+
+        return onnxruntime_forward(folder / f"{name}.onnx", args.threads)
+    if args.worker == "torch":
+        import torch
+
+        torch.set_num_threads(args.threads)
+        module = model(name)
+        module.load_state_dict(torch.load(folder / "torch_state.pt"))
+
+        def forward(x):
+            with torch.no_grad():
+                out = module(torch.from_numpy(x))
+            return out.numpy()
+
+        return f"torch-{torch.__version__}-eager", forward
+    raise SystemExit(f"unknown engine {args.worker!r}")
+
+
+# ---- the table --------------------------------------------------------------------------------------------
+def report(models, engines, failed, results, args) -> None:
+    from processes import machine
+
+    def median_of(rounds, key):
+        values = [r[key] for r in rounds if key in r]
+        return statistics.median(values) if values else None
+
+    def ratio(name, engine, base):
+        pairs = [(a["median_ms"], b["median_ms"]) for a, b in zip(results.get((name, engine), []),
+                                                                   results.get((name, base), []))
+                 if "median_ms" in a and "median_ms" in b]
+        return statistics.median(a / b for a, b in pairs) if pairs else None
+
+    rows = []
+    for name in models:
+        row = {"model": name}
+        if name in failed:
+            row["export_error"] = failed[name]
+        for engine in engines:
+            rounds = results.get((name, engine), [])
+            errors = [r["error"] for r in rounds if "error" in r]
+            row[engine] = {"ms": median_of(rounds, "median_ms"), "relative_error": median_of(rounds, "relative_error"),
+                           "error": errors[0] if errors else None}
+        for base in ("torch", "onnxruntime"):
+            if "numpy" in engines and base in engines:
+                row[f"numpy/{base}"] = ratio(name, "numpy", base)
+        rows.append(row)
+
+    def cell(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    header = ["model"] + [f"{e} err" for e in engines if e in ("numpy", "opencl")] + [f"{e} ms" for e in engines]
+    header += [f"numpy/{b}" for b in ("torch", "onnxruntime") if "numpy" in engines and b in engines]
+    print(f"\n{args.threads} thread(s), {args.rounds} round(s), median of {args.runs} run(s); err = max|diff|/max|ref| "
+          f"against PyTorch (passes at <= {TOLERANCE:g}); {machine()}")
+    print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
+    notes = []
+    for row in rows:
+        cells = [row["model"]]
+        for e in engines:
+            if e in ("numpy", "opencl"):
+                err = row[e]["relative_error"]
+                cells.append("-" if err is None else f"{err:.1e}" + ("" if err <= TOLERANCE else " FAIL"))
+        cells += [cell(row[e]["ms"], ".1f") for e in engines]
+        cells += [cell(row.get(f"numpy/{b}"), ".2f") for b in ("torch", "onnxruntime") if f"numpy/{b}" in row]
+        print("| " + " | ".join(cells) + " |")
+        if "export_error" in row:
+            notes.append(f"{row['model']}: not exported: {row['export_error']}")
+        notes += [f"{row['model']} on {e}: {row[e]['error']}" for e in engines if row[e]["error"]]
+    for note in notes:
+        print(f"- {note}")
+    if args.json:
+        args.json.write_text(json.dumps({"threads": args.threads, "rounds": args.rounds, "runs": args.runs,
+                                         "machine": machine(), "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
