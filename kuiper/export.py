@@ -174,7 +174,9 @@ def randomize(module, seed: int | None = None) -> None:
       fresh BatchNorm is the identity at eval: folding it wrongly would change nothing);
     * every LayerNorm and GroupNorm: weight ~ U(0.5, 1.5), bias ~ N(0, 0.1) (fresh: 1 and 0);
     * every parameter whose values are all tiny but not zero, as ConvNeXt's `layer_scale` (1e-6): ~ U(0.5, 1.5),
-      or the branch it scales would vanish below any tolerance.
+      or the branch it scales would vanish below any tolerance;
+    * every weight matrix or kernel that is all zeros, as ViT's classifier head: ~ N(0, 1/fan_in), or every
+      output would be its bias whatever the layers before it computed.
 
     With seed=None the values come from torch's global generator (tools/export_models.py seeds that once for
     the whole model); otherwise from a generator of their own."""
@@ -198,8 +200,12 @@ def randomize(module, seed: int | None = None) -> None:
             handled.update(id(p) for p in m.parameters(recurse=False))
         for p in module.parameters():
             magnitude = p.detach().abs()
-            if id(p) not in handled and p.numel() and bool(((magnitude > 0) & (magnitude <= 1e-4)).all()):
+            if id(p) in handled or not p.numel():
+                continue
+            if bool(((magnitude > 0) & (magnitude <= 1e-4)).all()):
                 p.uniform_(0.5, 1.5, generator=generator)
+            elif p.dim() >= 2 and not bool(magnitude.any()):
+                p.normal_(0.0, (p[0].numel()) ** -0.5, generator=generator)
 
 
 # ---- exporting ----------------------------------------------------------------------------------------

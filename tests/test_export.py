@@ -96,6 +96,9 @@ def test_randomize_gives_norms_and_layer_scales_values_that_show(model_file):
                                  torch.nn.LayerNorm([4, 3, 3]))
     module.register_parameter("gamma", torch.nn.Parameter(torch.full((4,), 1e-6)))
     module.register_parameter("zeros", torch.nn.Parameter(torch.zeros(4)))  # zero is not a tiny scale
+    head = torch.nn.Linear(4, 3)
+    torch.nn.init.zeros_(head.weight)  # as ViT's classifier head starts
+    module.append(head)
     conv = module[0].weight.detach().clone()
     exporting.randomize(module, seed=1)
     bn, gn, ln = module[1], module[2], module[3]
@@ -104,6 +107,7 @@ def test_randomize_gives_norms_and_layer_scales_values_that_show(model_file):
     for norm in (bn, gn, ln):
         assert bool(((norm.weight >= 0.5) & (norm.weight <= 1.5)).all()) and norm.bias.abs().max() > 0
     assert bool((module.gamma >= 0.5).all()) and torch.equal(module.zeros, torch.zeros(4))
+    assert float(head.weight.detach().std()) > 0.1  # a zero weight matrix would hide every layer before it
     again = torch.nn.Sequential(torch.nn.BatchNorm2d(4))
     exporting.randomize(again, seed=1)
     assert torch.equal(again[0].running_mean, bn.running_mean)  # the same seed, the same values
