@@ -1,4 +1,6 @@
-// Data movement: copy between two strided views of the same shape (permute, transpose, cat, split).
+// Data movement: copy between two strided views of the same shape, behind every layer that only moves
+// elements (kuiper/layers/strided.py). Strides are signed: 0 reads an element again (expand, repeat), a
+// negative one walks back from the offset (flip).
 //
 // T is an unsigned integer as wide as the element (-DT=uint for float32, -DT=ulong for int64 ...): the
 // bits are moved, never converted, so one program serves every dtype of that size and NaNs pass unchanged.

@@ -3,6 +3,7 @@
 // line, e_j = exp(x_j - m) written to y, then y_j = e_j / sum(e).
 
 #include "group_reduce.h"
+#include "group_softmax.h"
 
 // One work-item per line (o, k), walking it three times. Consecutive work-items take consecutive k, so
 // their loads are unit-stride whenever inner > 1; with inner == 1 each walks its own row, which suits a
@@ -42,15 +43,5 @@ __kernel void softmax_rows(__global float* restrict y, __global const float* res
     for (int j = lid; j < length; j += size) {
         m = fmax(m, x[start + j]);
     }
-    m = group_reduce(m, scratch, true);
-    float sum = 0.0f;
-    for (int j = lid; j < length; j += size) {
-        const float e = exp(x[start + j] - m);
-        y[start + j] = e;
-        sum += e;
-    }
-    sum = group_reduce(sum, scratch, false);
-    for (int j = lid; j < length; j += size) {
-        y[start + j] /= sum;  // each work-item rereads only what it wrote itself
-    }
+    group_softmax(y, x, start, length, group_reduce(m, scratch, true), false, scratch);
 }

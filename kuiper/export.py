@@ -296,7 +296,7 @@ def export(module, input_shapes, out_dir, name: str, progress=None, seed: int = 
     out_dir.mkdir(parents=True, exist_ok=True)
     param, bin_ = out_dir / f"{name}.pnnx.param", out_dir / f"{name}.pnnx.bin"
     with tempfile.TemporaryDirectory(prefix="kuiper-export-") as tmp:
-        _pnnx_export(pnnx, torch, module, inputs, Path(tmp), name, out_dir / f"{name}.pnnx.log")
+        run_pnnx(module, inputs, Path(tmp), name, out_dir / f"{name}.pnnx.log")
         # pnnx also writes the traced .pt, ncnn files, onnx and Python scripts: only the graph is kept
         shutil.move(str(Path(tmp) / param.name), param)
         shutil.move(str(Path(tmp) / bin_.name), bin_)
@@ -319,13 +319,15 @@ def export(module, input_shapes, out_dir, name: str, progress=None, seed: int = 
     return Exported(param, bin_, files["in"], files["out"], record)
 
 
-def _pnnx_export(pnnx, torch, module, inputs: list, tmp: Path, name: str, failure_log: Path) -> None:
-    """pnnx.export in `tmp`, with its printing in a log that is kept as `failure_log` when it fails.
+def run_pnnx(module, inputs: list, tmp: Path, name: str, failure_log: Path, module_operators=()) -> None:
+    """pnnx.export in `tmp` on numpy `inputs`, with its printing in a log that is kept as `failure_log` when it
+    fails; `module_operators`: module classes pnnx keeps whole (its moduleop option).
 
     pnnx may write the graph and then raise: for regnet_y_400mf it writes a Python script of the model that
     does not parse (a float literal printed badly) and raises SyntaxError importing it. The graph is whole
     then, so that counts as success, with a warning (and the check against PyTorch follows). Any other failure
     raises ExportError with the log's last line."""
+    torch, pnnx = require()
     log = tmp / "pnnx.log"
     graph = [tmp / f"{name}{suffix}" for suffix in (".pnnx.param", ".pnnx.bin")]
     try:
@@ -333,7 +335,7 @@ def _pnnx_export(pnnx, torch, module, inputs: list, tmp: Path, name: str, failur
             # torch.jit.trace's own check re-traces and compares graphs: it fails on ViT's attention although the
             # trace is right, and kuiper's output is compared with PyTorch's afterwards anyway
             pnnx.export(module, str(tmp / f"{name}.pt"), tuple(torch.from_numpy(x) for x in inputs),
-                        check_trace=False)
+                        check_trace=False, moduleop=list(module_operators) or None)
     except Exception as e:  # noqa: BLE001 (pnnx raises whatever its steps raise)
         if not all(path.exists() for path in graph):
             shutil.copy(log, failure_log)
@@ -388,5 +390,5 @@ def check(param, inputs, outputs, backend: str = "numpy") -> Checked:
 
 
 __all__ = ["Checked", "Exported", "build_module", "check", "default_name", "default_shape", "export",
-           "import_torchvision", "output_to", "randomize", "require", "sample_inputs",
+           "import_torchvision", "output_to", "randomize", "require", "run_pnnx", "sample_inputs",
            "torch_outputs"]

@@ -6,8 +6,8 @@ Needs the `export` extra. Install `pip install torch==2.13.0 pnnx` first: on the
 pin takes the CPU build of torch, while the extra's unpinned `torch` would pull the CUDA wheels. The
 committed files were made with torch 2.13.0+cpu and pnnx 20261020.
 
-Every model is plain torch code defined here (no torchvision), built from a fixed seed and exported
-in eval mode; its weights are random (the manifest says `"random_weights": true`). For each model the tool writes into OUT/NAME/:
+Every model is torch code defined here, or one of torchvision's classes built small (the transformers),
+built from a fixed seed and exported in eval mode; its weights are random (the manifest says `"random_weights": true`). For each model the tool writes into OUT/NAME/:
 
     NAME.pnnx.param, NAME.pnnx.bin    what pnnx wrote (its other outputs are dropped)
     CASE_inK.npy, CASE_outK.npy        float32 inputs and torch's outputs (tuple outputs flattened)
@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import zipfile
 import zlib
@@ -37,7 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kuiper.export import output_to, randomize  # shared with `kuiper export`
+from kuiper.export import randomize, run_pnnx  # shared with `kuiper export`
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS_LIMIT = 100 * 1024  # bytes per weights.npz: reference values, not a second copy of the model
@@ -366,6 +365,85 @@ class CustomScale(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
+# Transformers and the newer CNNs: torchvision's own classes, built small, so that pnnx writes the graphs
+# the real models give (LayerNorm, MultiheadAttention, roll, slice, ...). kuiper.export.randomize gives
+# their norms, layer scales and zero-initialised heads values that show errors.
+
+
+def torchvision_models():
+    from kuiper.export import import_torchvision
+
+    return import_torchvision().models
+
+
+def small(module: nn.Module) -> nn.Module:
+    randomize(module)  # from torch's generator, seeded in build_model
+    return module
+
+
+def vit_tiny() -> nn.Module:
+    """Input 1x3x32x32: 16 patches of 8x8 and a class token, two encoder blocks of 2 heads."""
+    return small(torchvision_models().VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                                        hidden_dim=32, mlp_dim=64, num_classes=10))
+
+
+def swin_tiny() -> nn.Module:
+    """Input 2x3x32x32: Swin with 4x4 windows shifted by 2 on an 8x8 grid, then patch merging."""
+    return small(torchvision_models().SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2],
+                                                      num_heads=[2, 4], window_size=[4, 4], num_classes=10))
+
+
+def swin_v2_tiny() -> nn.Module:
+    """Input 1x3x36x36: Swin V2 blocks (cosine attention, log-spaced position bias) on a 9x9 grid, which
+    its 4x4 windows pad to 12x12.
+
+    Without the qkv bias: Swin V2 zeroes the bias's middle third in place on a clone, which pnnx traces as a
+    new tensor of that third alone, so the graph it writes has lost the rest of the bias (the zoo's swin_v2_t
+    fails on it: benchmarks/zoo.py)."""
+    from functools import partial
+
+    models = torchvision_models()  # first: it makes torchvision importable
+    swin = models.swin_transformer
+    block = partial(swin.SwinTransformerBlockV2, attn_layer=partial(swin.ShiftedWindowAttentionV2, qkv_bias=False))
+    return small(models.SwinTransformer(
+        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4], num_classes=10,
+        block=block, downsample_layer=swin.PatchMergingV2))
+
+
+def convnext_tiny() -> nn.Module:
+    """Input 2x3x32x32: two ConvNeXt stages (depthwise 7x7, LayerNorm over channels, layer scale)."""
+    models = torchvision_models()
+    config = models.convnext.CNBlockConfig
+    return small(models.ConvNeXt([config(16, 32, 2), config(32, None, 1)], num_classes=10))
+
+
+def shufflenet_tiny() -> nn.Module:
+    """Input 2x3x64x64: ShuffleNetV2's channel split, shuffle and concatenation."""
+    return small(torchvision_models().ShuffleNetV2([2, 1, 1], [8, 16, 32, 64, 128], num_classes=10))
+
+
+class AttentionZoo(nn.Module):
+    """Inputs x 2x5x8, a float mask 4x5x5 (batch x heads), memory 2x7x6: multi-head attention as a module
+    (self-attention with the mask, cross-attention with kdim = vdim = 6) and as
+    F.scaled_dot_product_attention (with the mask, and causal), and a LayerNorm over two dims."""
+
+    def __init__(self):
+        super().__init__()
+        self.self_attention = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.cross_attention = nn.MultiheadAttention(8, 2, kdim=6, vdim=6, batch_first=True)
+        self.qkv = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm([5, 8], elementwise_affine=False)
+
+    def forward(self, x, mask, memory):
+        a = self.self_attention(x, x, x, attn_mask=mask, need_weights=False)[0]
+        b = self.cross_attention(x, memory, memory, need_weights=False)[0]
+        q, k, v = self.qkv(x).reshape(2, 5, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.reshape(2, 2, 5, 5))
+        d = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a, b, c, d, self.norm(x)
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -453,6 +531,49 @@ SPECS = {
         (("b2", ((2, 6, 8, 10),)), ("b4", ((4, 6, 8, 10),))),
         ("conv.weight", "conv.bias", "fc.bias"),
     ),
+    "vit_tiny": Spec(
+        vit_tiny,
+        "torchvision's VisionTransformer, small: 8x8 patches of 32x32, a class token, 2 blocks of 2-head "
+        "nn.MultiheadAttention, LayerNorm, GELU MLPs, the class token's row selected for the head. pnnx folds "
+        "the class token's expand to the export batch, so it runs at batch 1.",
+        (("b1", ((1, 3, 32, 32),)),),
+        ("heads.head.weight",),
+    ),
+    "swin_tiny": Spec(
+        swin_tiny,
+        "torchvision's SwinTransformer, small: shifted 4x4 windows (torch.roll, attention masks as "
+        "pnnx.Attribute), patch merging by strided Tensor.slice, LayerNorm. Exported at batch 2: pnnx writes "
+        "the masks for the export batch.",
+        (("b2", ((2, 3, 32, 32),)),),
+        ("head.weight",),
+    ),
+    "swin_v2_tiny": Spec(
+        swin_v2_tiny,
+        "torchvision's Swin V2 blocks, small, without the qkv bias (pnnx loses it): cosine attention "
+        "(torch.norm, aten::clamp_min, matmul), F.linear, torch.unbind, F.pad of a 9x9 grid to 12x12.",
+        (("b1", ((1, 3, 36, 36),)),),
+        ("head.weight",),
+    ),
+    "convnext_tiny": Spec(
+        convnext_tiny,
+        "torchvision's ConvNeXt, small: depthwise 7x7, permute to channels-last, LayerNorm, Linear MLP, "
+        "layer scale (random, not 1e-6), at batch 2 and 1.",
+        (("b2", ((2, 3, 32, 32),)), ("b1", ((1, 3, 32, 32),))),
+        ("classifier.2.weight",),
+    ),
+    "shufflenet_tiny": Spec(
+        shufflenet_tiny,
+        "torchvision's ShuffleNetV2, small: chunk, nn.ChannelShuffle, cat, depthwise 3x3, at batch 2 and 1.",
+        (("b2", ((2, 3, 64, 64),)), ("b1", ((1, 3, 64, 64),))),
+        ("fc.weight",),
+    ),
+    "attention_zoo": Spec(
+        AttentionZoo,
+        "nn.MultiheadAttention with a float mask input (batch x heads), cross-attention with kdim=vdim=6, "
+        "F.scaled_dot_product_attention with a mask and causal, LayerNorm over (5, 8) without affine; batch 2.",
+        (("b2", ((2, 5, 8), (4, 5, 5), (2, 7, 6))),),
+        ("self_attention.in_proj_weight", "cross_attention.q_proj_weight"),
+    ),
     "custom_scale": Spec(
         CustomScale,
         "A user module kept whole by pnnx (moduleop): ChannelScale, x * @scale[c] + @shift[c], then "
@@ -512,8 +633,6 @@ def build_model(name: str) -> nn.Module:
 
 
 def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
-    import pnnx  # only exporting needs pnnx; benchmarks import this module for build_model
-
     model = build_model(name)
     cases = [(case, case_inputs(name, case, shapes, spec.input_scale)) for case, shapes in spec.cases]
 
@@ -522,14 +641,8 @@ def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
     model_dir.mkdir(parents=True)
 
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "pnnx.log"
-        try:
-            with output_to(log):
-                pnnx.export(model, str(Path(tmp) / f"{name}.pt"), tuple(cases[0][1]),
-                            moduleop=list(spec.module_operators) or None)
-        except BaseException:
-            sys.stderr.write(log.read_text()[-4000:])
-            raise
+        run_pnnx(model, [t.numpy() for t in cases[0][1]], Path(tmp), name, model_dir / "pnnx.log",
+                 spec.module_operators)
         # pnnx also writes the traced .pt, ncnn files, onnx and python scripts: keep only the graph
         for suffix in (".pnnx.param", ".pnnx.bin"):
             shutil.move(str(Path(tmp) / f"{name}{suffix}"), model_dir / f"{name}{suffix}")

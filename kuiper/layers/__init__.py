@@ -20,7 +20,10 @@ from kuiper.layers import (  # noqa: F401
     conv2d,
     conv_transpose2d,
     linear,
+    matmul,
     batchnorm2d,
+    layer_norm,
+    attention,
     # pooling and resizing
     pooling,
     adaptive_pool,
@@ -37,8 +40,15 @@ from kuiper.layers import (  # noqa: F401
     cat,
     chunk,
     split,
+    slice,
+    stack,
+    roll,
+    shuffle,
+    expand,
+    pad,
     identity,
     # constants and arithmetic
     attribute,
     expression,
+    aten,
 )

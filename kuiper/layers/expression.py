@@ -84,10 +84,13 @@ BITWISE = frozenset({"and", "or", "xor", "lshift", "rshift"})
 class Expression(Layer):
     num_inputs = None
     min_inputs = 0  # pnnx writes constant expressions such as `expr=0.5` with no inputs
+    #: the expression of a subclass serving an operator pnnx writes as a type of its own (kuiper/layers/
+    #: aten.py); None: the operator's `expr` parameter
+    formula: str | None = None
 
     def __init__(self, op):
         super().__init__(op)
-        text = self.str_param("expr")
+        text = self.formula or self.str_param("expr")
         shown = text if len(text) <= 120 else text[:100] + "..."  # messages stay one readable line
         try:
             self.tree = parse(text)

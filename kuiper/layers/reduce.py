@@ -1,5 +1,5 @@
-"""torch.sum and torch.mean over some dimensions (all of them when no dim is given), keeping them as size 1
-with keepdim.
+"""torch.sum, torch.mean and torch.norm over some dimensions (all of them when no dim is given), keeping them
+as size 1 with keepdim; and F.normalize, which divides by a norm.
 
 On OpenCL (cl/reduce.cl) one work-item computes one output element, walking its reduced elements in up to
 four nested loops; the host describes the input as kept and reduced dims (see `reduce_layout`). On a GPU,
@@ -15,6 +15,8 @@ from functools import lru_cache
 import numpy as np
 
 from kuiper.layers.base import Layer
+from kuiper.layers.expression import Expression
+from kuiper.layers.matmul import Scratch
 from kuiper.layers.registry import register
 from kuiper.layers.strided import contiguous_strides, merge_dims
 from kuiper.opencl import round_up
@@ -33,10 +35,10 @@ class RowGroups:
     GPUs only (a CPU core runs a row fastest alone), and use it for rows of `shortest` elements or more:
     shorter ones run faster one per work-item, as many small groups leave the GPU's cores half empty."""
 
-    def __init__(self, rt, file: str, name: str, shortest: int):
+    def __init__(self, rt, file: str, name: str, shortest: int, options=()):
         import pyopencl as cl
 
-        self.kernel = rt.kernel(file, name)
+        self.kernel = rt.kernel(file, name, options)
         self.shortest = shortest
         limit = min(GROUP_SIZE, rt.device.max_work_group_size, self.kernel.get_work_group_info(
             cl.kernel_work_group_info.WORK_GROUP_SIZE, rt.device))
@@ -96,10 +98,16 @@ class Reduce(Layer):
         # the kernel adds float32: integer sums (int64 in PyTorch) and other float widths stay on numpy
         return numpy_dtype(self.op.input_operands[0].dtype) == np.float32
 
+    #: the build options of cl/reduce.cl for this reduction
+    cl_options = ()
+    #: whether the work-group kernel for rows may serve it (on GPUs)
+    cl_row_groups = True
+
     def build_opencl(self, rt):
-        self.cl_lines = rt.kernel("reduce.cl", "reduce_lines")
+        self.cl_lines = rt.kernel("reduce.cl", "reduce_lines", self.cl_options)
         # sums of rows shorter than 64 ran as fast or faster one per work-item (H100)
-        self.cl_rows = None if rt.is_cpu else RowGroups(rt, "reduce.cl", "reduce_rows", shortest=64)
+        self.cl_rows = RowGroups(rt, "reduce.cl", "reduce_rows", 64, self.cl_options) \
+            if self.cl_row_groups and not rt.is_cpu else None
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
@@ -154,3 +162,86 @@ class Sum(Reduce):
 class Mean(Reduce):
     reduction = staticmethod(np.mean)
     averages = True
+
+
+#: cl/reduce.cl's NORM modes for the p that have one of their own; any other finite p is mode 3
+NORM_MODES = {0.0: 0, 1.0: 1, 2.0: 2, math.inf: 4, -math.inf: 5}
+
+
+@register("torch.norm")
+class Norm(Reduce):
+    """The p-norm (sum |x|^p)^(1/p): p=inf is the largest |x|, p=-inf the smallest, p=0 the count of nonzeros.
+    pnnx writes torch.linalg.vector_norm as torch.norm too, and the Frobenius norm as p=2."""
+
+    averages = False
+
+    def __init__(self, op):
+        super().__init__(op)
+        # torch.norm's p='fro' over any dims is the 2-norm of the elements (pnnx writes it as p=2 already)
+        self.p = 2.0 if self.param("p", None) == "fro" else self.float_param("p", 2.0, finite=False)
+        mode = NORM_MODES.get(self.p, 3)
+        self.cl_options = (f"-DNORM={mode}",) + ((f"-DP={np.float32(self.p)!s}f",) if mode == 3 else ())
+        self.cl_row_groups = not math.isinf(self.p)
+
+    def output_shapes(self, input_shapes):
+        shape = tuple(input_shapes[0])
+        # as in PyTorch: the norms with no value for no elements (no sum that starts at 0) are refused
+        if (self.p < 0 or self.p == math.inf) and any(shape[a] == 0 for a in self.axes(len(shape))):
+            raise self.shape_error(f"p={self.p} has no value over an empty dim: input {shape}")
+        return super().output_shapes(input_shapes)
+
+    def forward_numpy(self, inputs, outputs):
+        out, magnitude = outputs[0], np.abs(inputs[0])
+        reduce = dict(axis=self.axes(magnitude.ndim), keepdims=self.keepdim, out=out)
+        if self.p == math.inf:
+            np.max(magnitude, **reduce)
+        elif self.p == -math.inf:
+            np.min(magnitude, **reduce)
+        elif self.p == 0:
+            np.sum(magnitude != 0, **reduce)
+        else:
+            with np.errstate(divide="ignore"):  # a negative p makes |0|^p infinite, as in PyTorch
+                np.sum(magnitude ** self.p, **reduce)
+                np.power(out, 1 / self.p, out=out)
+
+    def output_dtypes(self, input_dtypes):
+        # a norm is fractional: float inputs keep their width, others give PyTorch's default float
+        dtype = input_dtypes[0] if input_dtypes else np.dtype(np.float32)
+        return [dtype if dtype.kind == "f" else np.dtype(np.float32)]
+
+
+@register("F.normalize")
+class Normalize(Layer):
+    """x / max(||x||_p, eps) along `dim`: the vectors along dim scaled to norm 1. On OpenCL the norm runs as
+    torch.norm's kernel into a buffer of the layer's, then cl/expression.cl divides."""
+
+    def __init__(self, op):
+        from kuiper.runtime.operators import make_operator  # the runtime imports the layers: not at the top
+
+        super().__init__(op)
+        self.eps = self.float_param("eps", 1e-12)
+        norm = dict(dim=[self.int_param("dim", 1)], keepdim=True, p=self.float_param("p", 2.0, finite=False))
+        self.norm = Norm(make_operator("torch.norm", f"{op.name}.norm", norm, input_shapes=[self.input_shape(0)]))
+        self.divide = Expression(make_operator("pnnx.Expression", f"{op.name}.divide",
+                                               {"expr": f"div(@0,max(@1,{self.eps!r}))"}, input_shapes=[(), ()]))
+
+    def output_shapes(self, input_shapes):
+        self.norm.output_shapes(input_shapes)
+        return [tuple(input_shapes[0])]
+
+    def forward_numpy(self, inputs, outputs):
+        x = inputs[0]
+        (norm,) = self.norm.run_numpy(x)
+        np.divide(x, np.maximum(norm, self.eps, out=norm), out=outputs[0])
+
+    def build_opencl(self, rt):
+        self.norm.build_opencl(rt)
+        self.divide.build_opencl(rt)
+        self.norms = Scratch(rt)
+
+    def forward_opencl(self, q, inputs, outputs):
+        if not outputs[0].size:  # OpenCL refuses an empty range
+            return
+        norm = self.norms.tensor(self.norm.output_shapes([inputs[0].shape])[0], np.float32)
+        self.norm.forward_opencl(q, inputs, [norm])
+        self.divide.forward_opencl(q, [inputs[0], norm], outputs)

@@ -1,11 +1,13 @@
 """Copies between strided views on OpenCL: the one data-movement kernel (cl/copy.cl) behind permute,
-transpose, cat and split.
+transpose, cat, split, slice, select, stack, roll, flip, expand, repeat and the shuffles.
 
 A copy is described the way numpy describes a view: a shape walked in row-major order and, for each side,
-a start offset and a stride per dim, all in elements. Before anything is enqueued, size-1 dims are dropped
-and neighbouring dims that are contiguous on both sides are merged: a copy contiguous on both sides (cat
-along dim 0, any split of a batch of 1) becomes one device-to-device byte copy, and the kernel walks only
-the dims the layout really has.
+a start offset and a stride per dim, all in elements. A stride may be 0 (expand reads one element many
+times) or negative (flip starts at the last element and walks back). Before anything is enqueued, size-1
+dims are dropped and neighbouring dims that are contiguous on both sides are merged: a copy contiguous on
+both sides (cat along dim 0, any split of a batch of 1) becomes one device-to-device byte copy, and the
+kernel walks only the dims the layout really has. A copy left with more dims than the kernel walks (a
+repeat of a 4-d tensor interleaves 8) is enqueued once per index of its outermost dims.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from kuiper.opencl import round_up
 
 #: the most dims cl/copy.cl walks (after merging)
 MAX_RANK = 6
-# the kernel moves bits: an unsigned integer as wide as the element serves every dtype of that size
-_WORD = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+#: kernels that move bits (cl/copy.cl, cl/pad.cl) take an unsigned integer as wide as the element: one
+#: program serves every dtype of that size
+WORD_TYPES = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 
 
 def contiguous_strides(shape) -> tuple:
@@ -58,6 +61,31 @@ class View(NamedTuple):
     offset: int = 0
 
 
+def dense(tensor) -> View:
+    """Every element of a contiguous tensor, in order."""
+    return View(tensor, contiguous_strides(tensor.shape))
+
+
+def indexed_shape(shape: tuple, index: tuple) -> tuple:
+    """The shape of numpy's `array[index]` for an array of `shape`, `index` as sliced() takes it."""
+    kept = tuple(len(range(n)[part]) for n, part in zip(shape, index) if isinstance(part, slice))
+    return kept + tuple(shape[len(index):])
+
+
+def sliced(tensor, index: tuple) -> View:
+    """The view of a contiguous tensor that numpy's basic indexing `array[index]` gives: per dim an int (the
+    dim is held there and dropped) or a slice, whose step may be negative; dims past the index stay whole."""
+    offset, strides = 0, []
+    for n, stride, part in zip(tensor.shape, contiguous_strides(tensor.shape), index):
+        if isinstance(part, slice):
+            start, _, step = part.indices(n)
+            offset += start * stride
+            strides.append(stride * step)
+        else:
+            offset += range(n)[part] * stride  # a negative index counts from the end, as in numpy
+    return View(tensor, tuple(strides) + contiguous_strides(tensor.shape)[len(index):], offset)
+
+
 class StridedCopy:
     """cl/copy.cl on one runtime. The program for 4-byte elements (float32, what graphs carry) is built
     with the layer; other element sizes are built when first met."""
@@ -70,7 +98,7 @@ class StridedCopy:
     def kernel(self, itemsize: int):
         kernel = self._kernels.get(itemsize)
         if kernel is None:
-            kernel = self.rt.kernel("copy.cl", "strided_copy", [f"-DT={_WORD[itemsize]}"])
+            kernel = self.rt.kernel("copy.cl", "strided_copy", [f"-DT={WORD_TYPES[itemsize]}"])
             self._kernels[itemsize] = kernel
         return kernel
 
@@ -82,16 +110,26 @@ class StridedCopy:
         if count == 0:  # an empty piece: OpenCL refuses copies of 0 bytes, and there is nothing to do
             return
         dims = merge_dims(tuple(shape), tuple(dst.strides), tuple(src.strides))
-        itemsize = dst.tensor.dtype.itemsize
         if len(dims) == 1 and dims[0][1:] == (1, 1):
+            itemsize = dst.tensor.dtype.itemsize
             q.copy(dst.tensor.buffer, src.tensor.buffer, count * itemsize,
                    dst.offset * itemsize, src.offset * itemsize)
             return
-        assert len(dims) <= MAX_RANK, f"{shape} merges to {len(dims)} dims, cl/copy.cl walks {MAX_RANK}"
+        self._walk(q, dims, dst, src)
+
+    def _walk(self, q, dims, dst: View, src: View) -> None:
+        """Enqueue cl/copy.cl over merged `dims`; past the kernel's rank, once per index of the outermost dim."""
+        if len(dims) > MAX_RANK:
+            (size, dst_stride, src_stride), inner = dims[0], dims[1:]
+            for i in range(size):
+                self._walk(q, inner, dst._replace(offset=dst.offset + i * dst_stride),
+                           src._replace(offset=src.offset + i * src_stride))
+            return
         # the slots cl/copy.cl expects: the outermost dim first, the inner ones last, unused ones between
         slots = dims[:1] + ((1, 0, 0),) * (MAX_RANK - len(dims)) + dims[1:]
         sizes, dst_strides, src_strides = zip(*slots)
-        q.run(self.kernel(itemsize), (round_up(count, 256),), None,
+        count = math.prod(sizes)
+        q.run(self.kernel(dst.tensor.dtype.itemsize), (round_up(count, 256),), None,
               dst.tensor.buffer, np.int32(dst.offset), src.tensor.buffer, np.int32(src.offset), np.int32(count),
               np.int32(len(dims)), *(np.int32(v) for v in sizes[1:] + dst_strides + src_strides))
 
@@ -100,7 +138,7 @@ class StridedCopy:
 
         The walk follows dst, so consecutive work-items write consecutive elements and the reads stride."""
         strides = contiguous_strides(src.shape)
-        self(q, dst.shape, View(dst, contiguous_strides(dst.shape)), View(src, tuple(strides[a] for a in axes)))
+        self(q, dst.shape, dense(dst), View(src, tuple(strides[a] for a in axes)))
 
     def blocks(self, q, whole, pieces, axis: int, into_whole: bool) -> None:
         """Cat (into_whole: the pieces are copied into whole) or split (out of whole) along `axis`.

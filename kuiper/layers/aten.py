@@ -1,0 +1,60 @@
+"""Operators pnnx has no name of its own for, which it writes as the TorchScript `aten::` op with positional
+inputs: aten::clamp_min and aten::clamp_max with a tensor bound (swin_v2's normalized attention clamps its
+norms with `aten::clamp_min` at a 1e-12 written as a constant pnnx.Expression), and aten::zero, a tensor of
+zeros shaped like its input (Tensor.zero_: swin_v2 zeroes the key's part of its qkv bias). pnnx 20261020
+writes that last one wrongly: the zeroed third of the bias is all the bias its F.linear gets, so torchvision's
+swin_v2 models stop at F.linear's shape check ("bias (96,) does not broadcast to the output (..., 288)").
+
+The two clamps are element-wise with broadcasting: they are pnnx.Expressions with a fixed formula, and run
+as those do on every backend.
+"""
+
+import numpy as np
+
+from kuiper.layers.base import Layer
+from kuiper.layers.expression import Expression
+from kuiper.layers.registry import register
+from kuiper.layers.strided import StridedCopy, View, contiguous_strides
+
+
+class TensorBound(Expression):
+    """aten::clamp_min(x, bound) and aten::clamp_max(x, bound), the bound broadcast against x."""
+
+    num_inputs = 2
+
+    def output_dtypes(self, input_dtypes):
+        # PyTorch keeps the input's dtype: a bound (often a 0-d constant) only makes integers floats
+        x, bound = input_dtypes
+        return [np.dtype(np.float32) if x.kind in "biu" and bound.kind == "f" else x]
+
+
+@register("aten::clamp_min")
+class ClampMin(TensorBound):
+    """max(x, min): NaN in either stays NaN, as in PyTorch."""
+
+    formula = "max(@0,@1)"
+
+
+@register("aten::clamp_max")
+class ClampMax(TensorBound):
+    formula = "min(@0,@1)"
+
+
+@register("aten::zero")
+class Zero(Layer):
+    def output_shapes(self, input_shapes):
+        return [tuple(input_shapes[0])]
+
+    def forward_numpy(self, inputs, outputs):
+        outputs[0][...] = 0
+
+    # ---- OpenCL: every element copied from one zero (the strided copy with stride 0) -------------------
+    def build_opencl(self, rt):
+        from kuiper.opencl import DeviceTensor
+
+        self.copier = StridedCopy(rt)
+        self.zeros = DeviceTensor(rt, rt.upload(np.zeros(8, np.uint8)), (1,), np.uint8)  # zero in any dtype
+
+    def forward_opencl(self, q, inputs, outputs):
+        out = outputs[0]
+        self.copier(q, out.shape, View(out, contiguous_strides(out.shape)), View(self.zeros, (0,) * out.ndim))
