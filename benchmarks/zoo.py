@@ -72,10 +72,11 @@ def main() -> None:
 
 # ---- exporting (this process) ---------------------------------------------------------------------------
 def export(name: str, cache: Path, onnx: bool) -> str | None:
-    """Export `name` into cache/name once; None, or why it could not be exported."""
+    """Export `name` into cache/name once (and to ONNX once, when asked); None, or why it failed."""
     folder = cache / name
-    if (folder / f"{name}.export.json").exists() and (folder / "torch_state.pt").exists() and \
-            (not onnx or (folder / f"{name}.onnx").exists()):
+    exported = (folder / f"{name}.export.json").exists() and (folder / "torch_state.pt").exists()
+    onnx_file = folder / f"{name}.onnx"
+    if exported and (onnx_file.exists() or not onnx):
         return None
     import torch
 
@@ -86,12 +87,13 @@ def export(name: str, cache: Path, onnx: bool) -> str | None:
     try:
         module = model(name)
         shape = kx.default_shape(f"torchvision:{name}")
-        kx.export(module, [shape], folder, name, spec=f"torchvision:{name}", random_weights=True)
-        torch.save(module.state_dict(), folder / "torch_state.pt")
-        if onnx:
+        if not exported:
+            kx.export(module, [shape], folder, name, spec=f"torchvision:{name}", random_weights=True)
+            torch.save(module.state_dict(), folder / "torch_state.pt")
+        if onnx and not onnx_file.exists():
             from onnx_engine import export_onnx
 
-            export_onnx(module, torch.zeros(shape), folder / f"{name}.onnx")
+            export_onnx(module, torch.zeros(shape), onnx_file)
     except (KuiperError, RuntimeError) as e:
         return (str(e).splitlines() or [type(e).__name__])[0]
     return None
