@@ -90,7 +90,8 @@ def test_nan_propagates_through_every_norm(cl_runtime):
         (got,) = layer.run_opencl(cl_runtime, x)
         expected = 6 if p == 0 else np.nan  # nan != 0 counts as nonzero
         assert (out[0] == expected or np.isnan(out[0]) and np.isnan(expected)), p
-        np.testing.assert_array_equal(got, out)
+        # NaN where numpy has it; the finite row within float32 rounding (a GPU's pow and sqrt may differ by an ulp)
+        np.testing.assert_allclose(got, out, rtol=1e-6)
 
 
 def test_norm_errors():
