@@ -43,17 +43,21 @@ TORCHVISION_OPTIONS = {
 }
 
 
-def require() -> tuple:
-    """(torch, pnnx), or an ExportError that says what to install."""
+def require(*names: str) -> tuple:
+    """The modules named (default: torch and pnnx), or an ExportError that says what to install."""
+    names = names or ("torch", "pnnx")
     found, missing = {}, []
-    for name in ("torch", "pnnx"):
+    for name in names:
         try:
             found[name] = importlib.import_module(name)
         except ImportError:
             missing.append(name)
+    # a folder named pnnx on sys.path (a test suite's tests/pnnx/, say) imports as an empty namespace package
+    if "pnnx" in found and not hasattr(found["pnnx"], "export"):
+        missing.append("pnnx")
     if missing:
-        raise ExportError(f"exporting needs torch and pnnx ({' and '.join(missing)} not installed): {INSTALL}")
-    return found["torch"], found["pnnx"]
+        raise ExportError(f"exporting needs {' and '.join(names)} ({' and '.join(missing)} not installed): {INSTALL}")
+    return tuple(found[name] for name in names)
 
 
 def import_torchvision():
@@ -180,7 +184,7 @@ def randomize(module, seed: int | None = None) -> None:
 
     With seed=None the values come from torch's global generator (tools/export_models.py seeds that once for
     the whole model); otherwise from a generator of their own."""
-    torch, _ = require()
+    (torch,) = require("torch")
     nn = torch.nn
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     norms = (nn.LayerNorm, nn.GroupNorm)
@@ -241,7 +245,7 @@ def sample_inputs(shapes, seed: int = 0) -> list:
 
 def torch_outputs(module, inputs: list) -> list:
     """The module's outputs on numpy inputs as float32 arrays, tuples and lists flattened in order."""
-    torch, _ = require()
+    (torch,) = require("torch")
 
     def flatten(value):
         if isinstance(value, torch.Tensor):
