@@ -149,11 +149,11 @@ def test_operator_types_without_a_layer_are_listed(model_file, tmp_path, capsys,
 
 def fake_pnnx(monkeypatch, write: bool, raises: Exception):
     """pnnx.export replaced: prints as its C++ passes do (file descriptor 1), maybe writes the graph, raises."""
-    def export(module, ptpath, inputs):
+    def export(module, ptpath, inputs, **options):
         os.write(1, b"pass_level2\nsomething went wrong in pass_level5\n")
         if write:
             base = ptpath[:-len(".pt")]
-            real(module, ptpath, inputs)  # the true graph, so that the check below has one
+            real(module, ptpath, inputs, **options)  # the true graph, so that the check below has one
             assert os.path.exists(base + ".pnnx.param")
         raise raises
 
