@@ -17,10 +17,10 @@ def export_onnx(module, example, path: Path) -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial")
-        with torch.no_grad():
-            # the TorchScript exporter: the newer torch.export one needs onnxscript, not installed here
-            torch.onnx.export(module, (example,), str(partial), input_names=["x"], output_names=["y"],
-                              dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, dynamo=False)
+        # the TorchScript exporter: the newer torch.export one needs onnxscript, not installed here. Not under
+        # no_grad: there nn.MultiheadAttention takes a fused fast path that this exporter cannot write
+        torch.onnx.export(module, (example,), str(partial), input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, dynamo=False)
         partial.replace(path)
     return path
 

@@ -48,12 +48,18 @@ def machine() -> str:
 
     from kuiper.cpu.blas import AVX512, cpu_flags
 
-    name = "unknown CPU"
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    # a VM may call its CPU just "AMD EPYC": the family and model numbers tell the generation (25: Zen 3/4)
+    name = fields.get("model name", "unknown CPU")
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
     flags = cpu_flags()
     simd = "AVX-512" if AVX512 <= flags else "AVX2" if "avx2" in flags else "no AVX2"
     return f"{name}, {simd}, {os.cpu_count()} cores"
