@@ -123,7 +123,9 @@ def test_addmm_scales_the_product_and_adds_input(type, shapes, alpha, beta):
 def test_beta_zero_ignores_input_nans_and_all():
     added = np.full((3, 5), np.nan, np.float32)
     a, b = randn(3, 4), randn(4, 5)
-    np.testing.assert_allclose(run("torch.addmm", added, a, b, alpha=1.0, beta=0.0), products(a, b), rtol=1e-5)
+    want = products(a, b)  # an entry summing to near zero may differ by float32 rounding of the larger terms
+    np.testing.assert_allclose(run("torch.addmm", added, a, b, alpha=1.0, beta=0.0), want, rtol=1e-5,
+                               atol=1e-6 * np.abs(want).max())
     assert_every_path_matches_reference("torch.addmm", added, a, b, params=dict(alpha=1.0, beta=0.0))
 
 
