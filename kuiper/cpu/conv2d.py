@@ -1,13 +1,16 @@
-"""The numpy backend's Conv2d: the reference's im2col and GEMM (kuiper/layers/conv2d.py), fast, in four variants.
+"""The numpy backend's Conv2d: the reference's im2col and GEMM (kuiper/layers/conv2d.py), fast, in six variants.
 
-    pointwise     1x1 kernels at stride 1 without padding: the input already is the column matrix, no copy
-    im2col        any convolution: the column matrix over bands of output rows, in buffers kept between forwards
-    winograd_f4   3x3 kernels at stride 1, ungrouped and undilated: Winograd's F(4x4, 3x3) (kuiper/cpu/winograd.py)
-    winograd_f2   the same with F(2x2, 3x3)
+    pointwise       1x1 kernels at stride 1 without padding: the input already is the column matrix, no copy
+    im2col          any convolution: the column matrix over bands of output rows, in buffers kept between forwards
+    winograd_f4     3x3 kernels at stride 1, ungrouped and undilated: Winograd's F(4x4, 3x3) (kuiper/cpu/winograd.py)
+    winograd_f2     the same with F(2x2, 3x3)
+    depthwise_nchw  one input channel per group (depthwise): the kh*kw taps summed by einsum, channel by channel
+    depthwise_hcw   the same over rows that hold every channel side by side (kuiper/cpu/depthwise.py)
 
-Grouped convolutions are a stack of GEMMs, one per group, in one numpy call. That includes depthwise
-convolution (one input channel per group): measured here, those small GEMMs beat summing the kh*kw shifted
-taps with elementwise numpy by 2-3x, so depthwise needs no variant of its own.
+Grouped convolutions are a stack of GEMMs, one per group, in one numpy call. For depthwise convolution those
+GEMMs are 1 x kh*kw by kh*kw x pixels, too thin for BLAS, and their column matrix is kh*kw copies of the
+image: the depthwise variants sum the taps with einsum instead (`_depthwise_rule` says which, and where
+im2col stays faster).
 
 Winograd does (a/m)^2 / 9 of im2col's multiplies, but with numpy its transforms cost about as much as its
 GEMMs: ResNet-18's 3x3 layers run 1.15-1.35x faster with F(4x4) and 1.05-1.15x with F(2x2), not 4x and 2.25x.
@@ -17,8 +20,9 @@ when it plans a shape (kuiper/variants.py), which makes Winograd's transformed w
 
 kuiper's threads (kuiper/cpu/threads.py) share each convolution: bands of output rows when the image is big
 enough for every thread to get a band worth a GEMM, else its channels (Winograd's output channels, im2col's
-input channels with the partial products summed). A sum and an activation fused after the convolution
-(kuiper/layers/fused.py) run on each band as soon as its bias is added, while it is still in the cache.
+input channels with the partial products summed); the depthwise variants always split the channels. A sum and
+an activation fused after the convolution (kuiper/layers/fused.py) run on each band as soon as its bias is
+added, while it is still in the cache.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import math
 
 import numpy as np
 
-from kuiper.cpu import threads
+from kuiper.cpu import depthwise, threads
 from kuiper.cpu.registry import fast
 from kuiper.cpu.scratch import Scratch, view
 from kuiper.cpu.winograd import F2, F4, Winograd, windows
@@ -57,6 +61,21 @@ WINOGRAD_MIN_TILES = 32
 #: ResNet-18's 28x28 layers (21 tiles a band on 2 threads) in 1.6-1.7 ms, channels in 1.9-2.3 ms.
 WINOGRAD_BAND_TILES = 16
 
+#: depthwise convolution at stride 1 (one input channel per group, kuiper/cpu/depthwise.py) runs depthwise_nchw
+#: on outputs of this many pixels or more, depthwise_hcw on smaller ones. Measured inside MobileNet-v2/v3,
+#: EfficientNet-B0 and ConvNeXt-T at batch 1 (forward(profile=True), one thread of a 2-core Zen 4 VM, medians of
+#: 8, ms, im2col / nchw / hcw): 112x112 32ch 3x3 1.18/0.94/1.26; 56x56 144ch 3x3 1.77/1.24/1.38, 96ch 7x7
+#: 3.85/2.63/2.92; 28x28 120ch 5x5 0.96/0.69/0.83, 192ch 3x3 0.66/0.52/0.49; 14x14 384ch 3x3 0.42/0.41/0.31,
+#: 384ch 7x7 2.11/1.15/1.03; 7x7 960ch 3x3 0.47/0.60/0.29
+DEPTHWISE_NCHW_PIXELS = 400
+
+#: strided depthwise convolution runs depthwise_hcw with kernels of this many taps or more, or on outputs of this
+#: many pixels or more; else im2col, which measured as fast or faster there (same measurements, ms, im2col /
+#: hcw): 5x5 144ch 56x56 1.61/1.11, 672ch 14x14 0.82/0.49, 72ch 56x56 0.81/0.80; 3x3 96ch 112x112 2.04/1.74,
+#: 64ch 112x112 1.42/1.19, 144ch 56x56 0.69/0.76, 192ch 28x28 0.30/0.32
+DEPTHWISE_STRIDED_TAPS = 25
+DEPTHWISE_STRIDED_PIXELS = 2000
+
 
 @fast("nn.Conv2d")
 class Conv2d(conv2d.Conv2d):
@@ -73,6 +92,12 @@ class Conv2d(conv2d.Conv2d):
             ways.append(Variant("pointwise", None, self._pointwise, cpu=True))
         if self.winograd_ok:
             ways += [self._winograd_variant(f) for f in (F4, F2)]
+        # one input channel per group (each read by out/in output channels): the taps summed by einsum
+        self.depthwise = None
+        if self.groups == self.in_channels > 1:
+            self.depthwise = depthwise.Depthwise(self.w_kernel, self.bias, self.stride, self.dilation, self.pads,
+                                                 self.scratch)
+            ways += [self._depthwise_variant(name) for name in (depthwise.NCHW, depthwise.HCW)]
         self.variants = Variants(None, (), ways, self._rule)
 
     def _winograd_variant(self, f: Winograd) -> Variant:
@@ -81,9 +106,16 @@ class Conv2d(conv2d.Conv2d):
                           lambda x, out, epilogue: self._winograd(x, out, epilogue, f, variant.kernel()), cpu=True)
         return variant
 
+    def _depthwise_variant(self, layout: str) -> Variant:
+        return Variant(layout, None, lambda x, out, epilogue: self.depthwise.forward(layout, x, out, epilogue),
+                       cpu=True)
+
     def _rule(self, shapes) -> str:
-        """F(4x4) if the output has enough of its tiles, else F(2x2) if it has enough of those (3x3 stride-1
-        layers); else pointwise where the kernel allows, else im2col."""
+        """Depthwise convolutions by _depthwise_rule; else F(4x4) if the output has enough of its tiles, else
+        F(2x2) if it has enough of those (3x3 stride-1 layers); else pointwise where the kernel allows, else
+        im2col."""
+        if self.depthwise is not None:
+            return self._depthwise_rule(shapes[0])
         if self.winograd_ok:
             ho, wo = self.output_shapes([shapes[0]])[0][-2:]
             for f in (F4, F2):
@@ -91,16 +123,34 @@ class Conv2d(conv2d.Conv2d):
                     return f"winograd_f{f.m}"
         return "pointwise" if self.pointwise else "im2col"
 
+    def _depthwise_rule(self, shape) -> str:
+        """At stride 1, depthwise_nchw for outputs of DEPTHWISE_NCHW_PIXELS or more, else depthwise_hcw; strided,
+        depthwise_hcw for kernels of DEPTHWISE_STRIDED_TAPS or more or outputs of DEPTHWISE_STRIDED_PIXELS or
+        more, else im2col. With a channel multiplier, im2col: each of its columns serves the group's k output
+        channels, where the depthwise variants copy the input k times (72 -> 144 channels, 56x56, ms, im2col / nchw
+        / hcw: 0.50/0.53/0.63; 480 -> 960, 7x7: 0.27/0.54/0.26)."""
+        if self.out_channels != self.in_channels:
+            return "im2col"
+        ho, wo = self.output_shapes([shape])[0][-2:]
+        if self.stride == (1, 1):
+            return depthwise.NCHW if ho * wo >= DEPTHWISE_NCHW_PIXELS else depthwise.HCW
+        if math.prod(self.kernel_size) >= DEPTHWISE_STRIDED_TAPS or ho * wo >= DEPTHWISE_STRIDED_PIXELS:
+            return depthwise.HCW
+        return "im2col"
+
     def workspace_bytes(self, input_shapes):
         """What `scratch` holds for the variant the rule picks, at most: im2col's padded input and, per thread
         that gets a part, a band's column matrix and partial sums; Winograd's padded input, its whole output
-        where tiles overhang, and three work buffers per thread that gets a part. Bands are cut as forward cuts
-        them, so more threads mean thinner bands, not more memory."""
+        where tiles overhang, and three work buffers per thread that gets a part; the depthwise variants' buffers
+        per thread (Depthwise.workspace_bytes). Bands are cut as forward cuts them, so more threads mean thinner
+        bands, not more memory."""
         variant = self._rule(input_shapes)
         if variant == "pointwise":
             return 0
         shape = input_shapes[0]
         n, c, h, w = (math.prod(shape[:-3]), *shape[-3:])
+        if variant in (depthwise.NCHW, depthwise.HCW):
+            return self.depthwise.workspace_bytes(variant, (n, c, h, w))
         ho, wo = self.output_shapes(input_shapes)[0][-2:]
         (top, bottom), (left, right) = self.pads
         cout = self.out_channels

@@ -1,6 +1,6 @@
-"""The fast nn.Conv2d (kuiper/cpu/conv2d.py): each of its variants, on 1 to 3 threads, against the reference layer
-(kuiper/layers/conv2d.py, itself checked against a loop formula in tests/layers/test_conv2d.py); the epilogue a
-fused operator hands it; the rule's choice per shape."""
+"""The fast nn.Conv2d (kuiper/cpu/conv2d.py, kuiper/cpu/depthwise.py): each of its variants, on 1 to 3 threads,
+against the reference layer (kuiper/layers/conv2d.py, itself checked against a loop formula in
+tests/layers/test_conv2d.py); the epilogue a fused operator hands it; the rule's choice per shape."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from conftest import assert_every_path_matches_reference
 from cpu_tools import THREADS, running_on
 
-from kuiper.cpu import conv2d, threads
+from kuiper.cpu import conv2d, depthwise, threads
 from kuiper.cpu.winograd import F2, F4
 from kuiper.layers.fused import Epilogue, EpilogueStep
 from kuiper.runtime.operators import make_layer
@@ -16,6 +16,7 @@ from kuiper.runtime.operators import make_layer
 RNG = np.random.default_rng(23)
 
 IM2COL, POINTWISE, WINOGRAD = {"im2col"}, {"im2col", "pointwise"}, {"im2col", "winograd_f4", "winograd_f2"}
+DEPTHWISE = {"im2col", "depthwise_nchw", "depthwise_hcw"}
 
 # name: (parameters, input shape, the variants these offer). With every split worth a thread (`splits`), wide
 # images are cut into bands of output rows, narrow ones split their channels, batches share out whole images.
@@ -42,11 +43,11 @@ CASES = {
     "3x3 groups2 s1": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=1, groups=2), (1, 4, 12, 30),
                        IM2COL),
     "depthwise stride2": (dict(in_channels=5, out_channels=5, kernel_size=3, stride=2, padding=1, groups=5),
-                          (3, 5, 9, 11), IM2COL),
+                          (3, 5, 9, 11), DEPTHWISE),
     "depthwise wide": (dict(in_channels=8, out_channels=8, kernel_size=3, padding=1, groups=8), (1, 8, 16, 40),
-                       IM2COL),
+                       DEPTHWISE),
     "depthwise multiplier same": (dict(in_channels=5, out_channels=10, kernel_size=(3, 2), padding="same",
-                                       dilation=2, groups=5, bias=False), (1, 5, 7, 5), IM2COL),
+                                       dilation=2, groups=5, bias=False), (1, 5, 7, 5), DEPTHWISE),
     "single in-channel": (dict(in_channels=1, out_channels=4, kernel_size=3, padding=1), (3, 1, 7, 5), WINOGRAD),
     "7x7 stride2 pad3 wide": (dict(in_channels=3, out_channels=8, kernel_size=7, stride=2, padding=3),
                               (1, 3, 32, 48), IM2COL),
@@ -67,6 +68,46 @@ CASES = {
     "3x3 asymmetric padding": (dict(in_channels=5, out_channels=7, kernel_size=3, padding=(2, 0)), (1, 5, 9, 11),
                                WINOGRAD),
     "3x3 same batch3": (dict(in_channels=5, out_channels=5, kernel_size=3, padding="same"), (3, 5, 6, 7), WINOGRAD),
+    # depthwise (one input channel per group): strides, paddings, dilations and kernels as MobileNets and
+    # EfficientNets have them and beyond; odd sizes, so that strided views end short of the padded edges
+    "depthwise 3x3 unpadded odd": (dict(in_channels=6, out_channels=6, kernel_size=3, groups=6), (2, 6, 9, 13),
+                                   DEPTHWISE),
+    "depthwise 3x3 pad2 nobias": (dict(in_channels=7, out_channels=7, kernel_size=3, padding=2, groups=7,
+                                       bias=False), (1, 7, 11, 5), DEPTHWISE),
+    "depthwise 5x5 pad2 batch3": (dict(in_channels=6, out_channels=6, kernel_size=5, padding=2, groups=6),
+                                  (3, 6, 7, 9), DEPTHWISE),
+    "depthwise 5x5 stride2 odd": (dict(in_channels=6, out_channels=6, kernel_size=5, stride=2, padding=2, groups=6),
+                                  (1, 6, 15, 13), DEPTHWISE),
+    "depthwise 3x3 stride2 unpadded": (dict(in_channels=4, out_channels=4, kernel_size=3, stride=2, groups=4,
+                                            bias=False), (2, 4, 10, 9), DEPTHWISE),
+    "depthwise 3x3 dilation2": (dict(in_channels=5, out_channels=5, kernel_size=3, padding=2, dilation=2,
+                                     groups=5), (1, 5, 13, 11), DEPTHWISE),
+    "depthwise same even kernel": (dict(in_channels=6, out_channels=6, kernel_size=(4, 2), padding="same",
+                                        groups=6), (2, 6, 9, 8), DEPTHWISE),
+    "depthwise same even dilated nobias": (dict(in_channels=4, out_channels=4, kernel_size=(2, 4), padding="same",
+                                                dilation=(3, 2), groups=4, bias=False), (1, 4, 10, 11), DEPTHWISE),
+    "depthwise 7x7 pad3": (dict(in_channels=6, out_channels=6, kernel_size=7, padding=3, groups=6), (1, 6, 12, 10),
+                           DEPTHWISE),
+    "depthwise 7x7 on a smaller image": (dict(in_channels=4, out_channels=4, kernel_size=7, padding=3, groups=4),
+                                         (1, 4, 3, 5), DEPTHWISE),
+    # strides and dilations whose kx fall in several column phases, unevenly (kuiper/cpu/depthwise.py)
+    "depthwise stride3 dilation2": (dict(in_channels=6, out_channels=6, kernel_size=3, stride=3, padding=2,
+                                         dilation=2, groups=6), (1, 6, 13, 14), DEPTHWISE),
+    "depthwise 5x5 stride2 dilation3": (dict(in_channels=6, out_channels=6, kernel_size=5, stride=2, padding=4,
+                                             dilation=(1, 3), groups=6), (2, 6, 17, 19), DEPTHWISE),
+    "depthwise strides (2, 1) (1, 2)": (dict(in_channels=4, out_channels=4, kernel_size=(3, 5), stride=(2, 1),
+                                             padding=(0, 2), dilation=(1, 2), groups=4), (1, 4, 11, 9), DEPTHWISE),
+    "depthwise stride (1, 2) asymmetric padding": (dict(in_channels=4, out_channels=4, kernel_size=3, stride=(1, 2),
+                                                        padding=(1, 3), dilation=(2, 1), groups=4),
+                                                   (2, 4, 5, 6), DEPTHWISE),
+    "depthwise multiplier 3 stride2": (dict(in_channels=4, out_channels=12, kernel_size=3, stride=2, padding=1,
+                                            groups=4), (2, 4, 9, 7), DEPTHWISE),
+    "depthwise 1x1 image": (dict(in_channels=4, out_channels=4, kernel_size=3, padding=1, groups=4), (3, 4, 1, 1),
+                            DEPTHWISE),
+    "depthwise unbatched": (dict(in_channels=5, out_channels=5, kernel_size=3, stride=2, padding=1, groups=5),
+                            (5, 8, 9), DEPTHWISE),
+    "grouped 2 channels a group": (dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=3),
+                                   (1, 6, 7, 8), IM2COL),
 }
 
 
@@ -95,6 +136,7 @@ def budgets(request, monkeypatch):
     if request.param == "tiny budget":
         monkeypatch.setattr(conv2d, "COLUMN_BYTES", 2500)
         monkeypatch.setattr(conv2d, "WINOGRAD_BYTES", 6100)
+        monkeypatch.setattr(depthwise, "BAND_BYTES", 2000)  # NCHW: a channel at a time, in bands; HCW: rows
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -105,7 +147,10 @@ def test_every_variant_matches_reference(name):
 
 
 @pytest.mark.parametrize("name", ["stride2 batch3 nobias", "same even kernel", "groups3 stride2",
-                                  "kernel>stride asymmetric", "3x3 F2 batch3", "3x3 F4 overhanging"])
+                                  "kernel>stride asymmetric", "3x3 F2 batch3", "3x3 F4 overhanging",
+                                  "depthwise wide", "depthwise 5x5 pad2 batch3", "depthwise 5x5 stride2 odd",
+                                  "depthwise same even dilated nobias", "depthwise 5x5 stride2 dilation3",
+                                  "depthwise multiplier 3 stride2"])
 def test_every_variant_in_small_bands(budgets, name):
     test_every_variant_matches_reference(name)
 
@@ -120,23 +165,28 @@ EPILOGUE_CASES = {
     "1x1": (dict(in_channels=8, out_channels=6, kernel_size=1), (1, 8, 6, 10), POINTWISE),
     "stride2 batch3": (dict(in_channels=5, out_channels=7, kernel_size=3, stride=2, padding=1), (3, 5, 9, 11),
                        IM2COL),
+    "depthwise": (dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=6), (2, 6, 9, 11),
+                  DEPTHWISE),
+    "depthwise 5x5 stride2 unbatched": (dict(in_channels=6, out_channels=6, kernel_size=5, stride=2, padding=2,
+                                             groups=6), (6, 13, 11), DEPTHWISE),
 }
 
 
+@pytest.mark.parametrize("activation", ["nn.ReLU", "nn.ReLU6"])
 @pytest.mark.parametrize("name", EPILOGUE_CASES)
-def test_epilogue_adds_then_activates_every_part(budgets, name):
-    """An operator fused from conv -> add -> relu: each variant adds the other tensor to each part of its output,
-    then applies the ReLU, whichever way the parts are cut."""
+def test_epilogue_adds_then_activates_every_part(budgets, name, activation):
+    """An operator fused from conv -> add -> relu (or relu6, as MobileNets have it): each variant adds the other
+    tensor to each part of its output, then applies the activation, whichever way the parts are cut."""
     params, shape, offered = EPILOGUE_CASES[name]
     options = dict(input_shapes=[shape], **conv_params(**params))
     layer = make_layer("nn.Conv2d", fast=True, **options)
     x = RNG.standard_normal(shape).astype(np.float32)
     conv = make_layer("nn.Conv2d", **options).run_numpy(x)[0]
     residual = RNG.standard_normal(conv.shape).astype(np.float32)
-    expected = np.maximum(conv + residual, 0)
+    expected = np.clip(conv + residual, 0, 6 if activation == "nn.ReLU6" else None)
 
     add = make_layer("pnnx.Expression", params=dict(expr="add(@0,@1)"), input_shapes=[conv.shape] * 2)
-    relu = make_layer("nn.ReLU", input_shapes=[conv.shape])
+    relu = make_layer(activation, input_shapes=[conv.shape])
     epilogue = Epilogue([EpilogueStep(add, extra=1), EpilogueStep(relu)], [x, residual])
     shapes = [x.shape, residual.shape]  # the fused operator's inputs
     assert set(layer.variants.candidates(shapes)) == offered
@@ -162,6 +212,51 @@ def test_rule_by_output_size():
     assert layer.variants.rule([(8, 23, 23)]) == "winograd_f4"  # unbatched: the same image
     pointwise = make_fast(dict(in_channels=8, out_channels=8, kernel_size=1), (1, 8, 7, 7))
     assert pointwise.variants.rule([(1, 8, 56, 56)]) == "pointwise"
+
+
+def test_depthwise_rule():
+    """Depthwise convolutions of MobileNets and EfficientNets: depthwise_nchw on outputs of 28x28 and larger,
+    depthwise_hcw on smaller ones; strided, depthwise_hcw for 5x5 kernels or outputs of 56x56 and larger, im2col
+    for 3x3 kernels on smaller ones."""
+    def rule(channels, size, kernel, stride):
+        layer = make_fast(dict(in_channels=channels, out_channels=channels, kernel_size=kernel, stride=stride,
+                               padding=kernel // 2, groups=channels), (1, channels, size, size))
+        return layer.variants.rule([(1, channels, size, size)])
+    assert [rule(c, size, 3, 1) for c, size in [(32, 112), (144, 56), (192, 28), (384, 14), (960, 7)]] == \
+        ["depthwise_nchw"] * 3 + ["depthwise_hcw"] * 2
+    assert [rule(c, size, k, 1) for c, size, k in [(96, 56, 7), (120, 28, 5), (480, 14, 5), (768, 7, 7)]] == \
+        ["depthwise_nchw"] * 2 + ["depthwise_hcw"] * 2
+    assert [rule(c, size, 3, 2) for c, size in [(96, 112), (144, 56), (192, 28), (576, 14)]] == \
+        ["depthwise_hcw"] + ["im2col"] * 3
+    assert [rule(c, size, 5, 2) for c, size in [(72, 56), (672, 14)]] == ["depthwise_hcw"] * 2
+    # with a channel multiplier im2col's columns serve several output channels each: it stays
+    multiplier = make_fast(dict(in_channels=8, out_channels=16, kernel_size=3, padding=1, groups=8), (1, 8, 56, 56))
+    assert multiplier.variants.rule([(1, 8, 56, 56)]) == "im2col"
+    # two input channels a group is no depthwise convolution: a stack of GEMMs
+    grouped = make_fast(dict(in_channels=8, out_channels=8, kernel_size=3, padding=1, groups=4), (1, 8, 28, 28))
+    assert grouped.variants.candidates([(1, 8, 28, 28)]) == ["im2col"]
+
+
+@pytest.mark.parametrize("name", ["depthwise wide", "depthwise 5x5 pad2 batch3", "depthwise 5x5 stride2 dilation3",
+                                  "depthwise multiplier 3 stride2", "depthwise unbatched"])
+@pytest.mark.parametrize("variant", ["depthwise_nchw", "depthwise_hcw"])
+def test_depthwise_keeps_its_workspace(budgets, name, variant):
+    """What the depthwise variants keep between forwards is what workspace_bytes says (the layer's, for the
+    variant its rule picks), at 1-3 threads, in whole images or small bands."""
+    params, shape, _ = CASES[name]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    batched = (1,) * (4 - len(shape)) + shape
+    for count in THREADS:
+        layer = make_fast(params, shape)
+        layer.variants.fix([shape], variant)
+        with running_on(count):
+            layer.run_numpy(x)
+            layer.run_numpy(x)
+            expected = layer.depthwise.workspace_bytes(variant, batched)
+            if layer.variants.rule([shape]) == variant:
+                assert layer.workspace_bytes([shape]) == expected
+        kept = sum(b.nbytes for b in layer.scratch._buffers.values())
+        assert kept == expected, f"{count} thread(s)"
 
 
 @pytest.mark.parametrize("change", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=(3, 1))])
@@ -225,6 +320,23 @@ def test_buffers_follow_shape_changes(name):
         layer.variants.fix([shape], name)
         x = RNG.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(layer.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["depthwise_nchw", "depthwise_hcw"])
+def test_depthwise_buffers_follow_shape_changes(budgets, name):
+    """The depthwise variants over several shapes: at stride 2, 10 and 9 columns make outputs as wide, and
+    buffers as large, but the 9-column image's last column is padding, which must read as zeros."""
+    options = conv_params(in_channels=6, out_channels=6, kernel_size=3, stride=2, padding=1, groups=6)
+    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 6, 10, 10)], **options)
+    reference = make_layer("nn.Conv2d", input_shapes=[(1, 6, 10, 10)], **options)
+    for shape in [(1, 6, 10, 10), (1, 6, 9, 9), (2, 6, 10, 9), (1, 6, 10, 10), (6, 9, 10), (1, 6, 9, 9)]:
+        layer.variants.fix([shape], name)
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for count in THREADS:
+            with running_on(count):
+                got = layer.run_numpy(x)[0]
+            np.testing.assert_allclose(got, reference.run_numpy(x)[0], rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{shape} on {count} thread(s)")
 
 
 def test_the_rule_switches_variants_on_one_layer():
