@@ -6,11 +6,13 @@ pnnx names the mask input ($attn_mask=...); `make_operator` leaves every name em
 gives the operators of a test the names pnnx would write, and the shapes it records for the outputs."""
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
 
 from conftest import assert_every_path_matches_reference, assert_opencl_matches_numpy
+from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
 from kuiper.layers.attention import MultiheadAttention
 from kuiper.runtime import operators
@@ -344,6 +346,152 @@ def test_work_group_softmax_on_every_device(cl_runtime, monkeypatch, named, case
         layer = sdpa(inputs)
     with np.errstate(invalid="ignore"):
         assert_opencl_matches_numpy(layer, cl_runtime, *inputs)
+
+
+# ---- the fast layers' work buffers, kept between forwards ---------------------------------------------------
+def kept_bytes(layer):
+    """What a fast layer holds between forwards: its Scratch's buffers (kuiper/cpu/scratch.py)."""
+    return sum(buffer.nbytes for buffer in layer.scratch._buffers.values())
+
+
+def allocated_during(call) -> int:
+    """The most bytes that allocations made during call() held at once (numpy reports its arrays to tracemalloc)."""
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def assert_buffers_hold_nothing_stale(monkeypatch, count, type, runs, **options):
+    """The fast layer run on each inputs of `runs` in turn (same shapes with new values, other shapes, back)
+    matches the reference each time, and keeps what its workspace_bytes says; bands and items made small
+    enough that `count` threads each write their own part of the kept buffers."""
+    monkeypatch.setattr(threads, "MIN_MACS", 64)
+    fast = make_layer(type, fast=True, input_shapes=[x.shape for x in runs[0]], **options)
+    reference = make_layer(type, input_shapes=[x.shape for x in runs[0]], **options)
+    assert fast.keeps_workspace
+    for operand, x in zip(fast.op.input_operands, runs[0]):  # as pnnx records them: a boolean mask's copy is counted
+        operand.dtype = "bool" if x.dtype == np.bool_ else "f32"
+    threads.set_num_threads(count)
+    try:
+        for i, inputs in enumerate(runs):
+            with threads.active():
+                got = fast.run_numpy(*inputs)
+            for g, want in zip(got, reference.run_numpy(*inputs), strict=True):
+                np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5, err_msg=f"run {i}")
+            assert kept_bytes(fast) == fast.workspace_bytes([x.shape for x in inputs]), f"run {i}"
+    finally:
+        threads.set_num_threads(None)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("case", ["float-3d", "bool-extras-heads", "cross-averaged"])
+def test_fast_mha_buffers_hold_nothing_stale(named, monkeypatch, count, case):
+    """Two calls at a shape with different values, then two shapes in turn: a buffer kept from the last call
+    that a forward read before writing, or a band that wrote outside its part, would show."""
+    params, attrs, names, weights = mha_params(), mha_weights(), ("input", "attn_mask"), None
+    if case == "float-3d":
+        def inputs(n, length):
+            return [data(n, length, E), masks(n, length, length)[1]]
+    elif case == "bool-extras-heads":  # the scores written straight into the weights output, extra keys padded
+        params, attrs = mha_params(False, bias_kv=True, zero_attn=True), mha_weights(bias_kv=True)
+        weights = (3, H, 5, 7)
+
+        def inputs(n, length):
+            return [data(length, n, E), masks(n, length, length)[2]]
+    else:
+        params, attrs, names, weights = mha_params(False, 4, 6), mha_weights(4, 6), (), (3, 5, 6)
+
+        def inputs(n, length):
+            return [data(length, n, E), data(length + 1, n, 4), data(length + 1, n, 6)]
+    runs = [inputs(3, 5), inputs(3, 5), inputs(2, 7), inputs(3, 5), inputs(2, 7)]
+    named(names if len(runs[0]) == 2 else (), [runs[0][0].shape] + ([weights] if weights else []))
+    assert_buffers_hold_nothing_stale(monkeypatch, count, "nn.MultiheadAttention", runs, params=params, attrs=attrs,
+                                      num_outputs=2 if weights else 1)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("case", ["mask", "bool", "causal", "gqa"])
+def test_fast_sdpa_buffers_hold_nothing_stale(monkeypatch, count, case):
+    """As for MHA; the masks' shapes switch between one that must be copied to the stack's layout and one that
+    is a view of it, so that the set of kept buffers changes too."""
+    params = {"dropout_p": 0.0, "is_causal": case == "causal"}
+
+    def inputs(length, keys, first):
+        heads = 6 if case == "gqa" else 3
+        q, k, v = data(2, heads, length, 4), data(2, 3, keys, 4), data(2, 3, keys, 6)
+        if case == "mask":
+            return [q, k, v, data(2, 1, length, keys) if first else data(1, length, keys)]
+        if case == "bool":
+            return [q, k, v, RNG.random((heads, length, keys)) > 0.5]
+        return [q, k, v]
+    runs = [inputs(5, 7, True), inputs(5, 7, True), inputs(6, 4, False), inputs(5, 7, True), inputs(6, 4, False)]
+    if len(runs[0]) == 3:
+        params["attn_mask"] = None
+    if case == "gqa":
+        params["enable_gqa"] = True
+    assert_buffers_hold_nothing_stale(monkeypatch, count, "F.scaled_dot_product_attention", runs, params=params)
+
+
+def test_fast_layers_write_outputs_given_as_strided_views(named):
+    """The graph hands layers contiguous outputs, which the fast layers write through reshaped views of; outputs
+    given by hand as strided views get the same values (written after, from the layer's own arrays)."""
+    q, k, v = QKV
+    sdpa_layer = make_layer("F.scaled_dot_product_attention", fast=True, params={"dropout_p": 0.0, "is_causal": False,
+                                                                               "attn_mask": None},
+                            input_shapes=[q.shape, k.shape, v.shape])
+    x = data(2, 5, E)
+    named((), [x.shape, (2, H, 5, 5)])
+    mha = make_layer("nn.MultiheadAttention", fast=True, params=mha_params(), attrs=mha_weights(),
+                     input_shapes=[x.shape], num_outputs=2)
+    for layer, inputs in ((sdpa_layer, [q, k, v]), (mha, [x])):
+        expected = layer.run_numpy(*inputs)
+        wide = [np.zeros(e.shape[:-1] + (2 * e.shape[-1],), np.float32) for e in expected]
+        layer.forward_numpy(inputs, [w[..., ::2] for w in wide])
+        for w, e in zip(wide, expected):
+            np.testing.assert_array_equal(w[..., ::2], e)
+            assert not w[..., 1::2].any()
+
+
+def test_fast_layers_take_an_empty_batch():
+    """Batch 0: every buffer and view is empty, and the output too."""
+    q, k, v = data(0, 6, 5, 4), data(0, 3, 7, 4), data(0, 3, 7, 6)
+    grouped = make_layer("F.scaled_dot_product_attention", fast=True, input_shapes=[q.shape, k.shape, v.shape],
+                         params={"dropout_p": 0.0, "is_causal": False, "attn_mask": None, "enable_gqa": True})
+    assert grouped.run_numpy(q, k, v)[0].shape == (0, 6, 5, 6)
+    mha = make_layer("nn.MultiheadAttention", fast=True, params=mha_params(), attrs=mha_weights(),
+                     input_shapes=[(0, 5, E)])
+    assert mha.run_numpy(data(0, 5, E))[0].shape == (0, 5, E)
+
+
+def test_a_second_forward_allocates_no_large_array(named):
+    """Issue #16: at Swin-T's first-stage shape the fast MHA made about 14 MB of new arrays a call, and their
+    page faults took longer than its arithmetic. A second forward now allocates under 64 KiB (numpy's
+    element-wise loops take a 32 KiB buffer of their own), 1.2 MB being the size of one activation."""
+    attrs = {"in_proj_weight": data(288, 96, scale=0.1), "in_proj_bias": data(288),
+             "out_proj.weight": data(96, 96, scale=0.1), "out_proj.bias": data(96)}
+    x, mask = data(64, 49, 96), data(192, 49, 49)
+    q, k, v = data(64, 3, 49, 32), data(64, 3, 49, 32), data(64, 3, 49, 32)
+    sdpa_inputs = [q, k, v, mask.reshape(64, 3, 49, 49)]
+    sdpa_layer = make_layer("F.scaled_dot_product_attention", fast=True, params={"dropout_p": 0.0, "is_causal": False},
+                            input_shapes=[a.shape for a in sdpa_inputs])
+    named(("input", "attn_mask"), [x.shape])
+    params = dict(mha_params(), embed_dim=96, num_heads=3, kdim=96, vdim=96)
+    mha = make_layer("nn.MultiheadAttention", fast=True, params=params, attrs=attrs,
+                     input_shapes=[x.shape, mask.shape])
+    for layer, inputs in ((mha, [x, mask]), (sdpa_layer, sdpa_inputs)):
+        outputs = [np.empty(x.shape if layer is mha else q.shape, np.float32)]
+        threads.set_num_threads(1)
+        try:
+            with threads.active():
+                layer.forward_numpy(inputs, outputs)
+                assert allocated_during(lambda: layer.forward_numpy(inputs, outputs)) < 64 << 10
+        finally:
+            threads.set_num_threads(None)
+        layer.op.input_operands[-1].dtype = "f32"
+        assert kept_bytes(layer) == layer.workspace_bytes([a.shape for a in inputs])
 
 
 # ---- errors ---------------------------------------------------------------------------------------------

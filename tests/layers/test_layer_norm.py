@@ -2,10 +2,14 @@
 path (the fast CPU LayerNorm on 1-3 threads, OpenCL on every device, its work-group kernel too) against the
 reference; and every bad parameter or shape as a one-line kuiper error."""
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
 from conftest import assert_every_path_matches_reference, assert_opencl_matches_numpy
+from kuiper.cpu import layer_norm as fast_layer_norm
+from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
 from kuiper.runtime.operators import make_layer
 
@@ -121,6 +125,62 @@ def test_functional_norms_every_path():
     assert_every_path_matches_reference("nn.GroupNorm", data(2, 8, 5, 5),
                                         params=dict(num_groups=4, num_channels=8, eps=1e-5, affine=True),
                                         attrs=dict(weight=data(8), bias=data(8)))
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_the_fast_layer_norm_keeps_no_stale_statistics(monkeypatch, count):
+    """The fast LayerNorm keeps a column of row statistics between forwards: at one shape twice with new values,
+    then at two shapes in turn, split into many bands, it still matches the definition, and holds what its
+    workspace_bytes says."""
+    monkeypatch.setattr(fast_layer_norm, "PART_ELEMENTS", 16)
+    _, attrs = layer_norm((6,))
+    params = dict(normalized_shape=[6], eps=1e-5, elementwise_affine=True)
+    layer = make_layer("nn.LayerNorm", fast=True, params=params, attrs=attrs, input_shapes=[(4, 9, 6)])
+    assert layer.keeps_workspace
+    threads.set_num_threads(count)
+    try:
+        for x in (data(4, 9, 6, offset=3), data(4, 9, 6), data(2, 5, 6, offset=-7), data(4, 9, 6), data(2, 5, 6)):
+            with threads.active():
+                (out,) = layer.run_numpy(x)
+            np.testing.assert_allclose(out, expected_layer_norm(x, 1, 1e-5, attrs["weight"], attrs["bias"]),
+                                       rtol=1e-4, atol=1e-4)
+            assert sum(b.nbytes for b in layer.scratch._buffers.values()) == layer.workspace_bytes([x.shape])
+    finally:
+        threads.set_num_threads(None)
+
+
+def test_the_fast_layer_norm_writes_an_output_given_as_a_strided_view():
+    x = data(3, 4, 6)
+    params = dict(normalized_shape=[6], eps=1e-5, elementwise_affine=False)
+    wide = np.zeros((3, 4, 12), np.float32)
+    make_layer("nn.LayerNorm", fast=True, params=params, input_shapes=[x.shape]).forward_numpy([x], [wide[..., ::2]])
+    np.testing.assert_allclose(wide[..., ::2], expected_layer_norm(x, 1, 1e-5), rtol=1e-4, atol=1e-4)
+    assert not wide[..., 1::2].any()
+
+
+def test_a_second_fast_layer_norm_allocates_no_large_array():
+    """20,000 rows: a column of their statistics is 80 KB, which the layer keeps rather than making anew (a band
+    made it in two arrays at every call). What is left are numpy's 32 KiB buffers for the broadcast weight."""
+    _, attrs = layer_norm((16,))
+    x = data(1, 20000, 16)
+    layer = make_layer("nn.LayerNorm", fast=True, params=dict(normalized_shape=[16], eps=1e-5, elementwise_affine=True),
+                       attrs=attrs, input_shapes=[x.shape])
+    out = np.empty_like(x)
+    threads.set_num_threads(1)
+    try:
+        with threads.active():
+            layer.forward_numpy([x], [out])
+            tracemalloc.start()
+            try:
+                layer.forward_numpy([x], [out])
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+    finally:
+        threads.set_num_threads(None)
+    assert peak < 64 << 10
+    np.testing.assert_allclose(out, expected_layer_norm(x, 1, 1e-5, attrs["weight"], attrs["bias"]), rtol=1e-4,
+                               atol=1e-4)
 
 
 @pytest.mark.parametrize("type, params, shapes", [

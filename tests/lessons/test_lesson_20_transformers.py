@@ -439,6 +439,36 @@ def test_the_fast_layers_cut_into_bands_give_the_same(monkeypatch):
         threads.set_num_threads(None)
 
 
+def test_the_fast_layers_kept_buffers_hold_nothing_stale(monkeypatch):
+    """The fast layers keep their work buffers between forwards (exercise 4): the same layer at one shape with
+    new values, then at two shapes in turn, on 3 threads with tiny bands, still gives the definitions."""
+    monkeypatch.setattr(threads, "MIN_MACS", 64)
+    monkeypatch.setattr(fast_layer_norm, "PART_ELEMENTS", 16)
+    fast = ("fast", None)
+    params = dict(embed_dim=E, num_heads=H, batch_first=True)
+    attrs = mha_attrs()
+    W = {key: value.astype(np.float64) for key, value in attrs.items()}
+    ln = build("nn.LayerNorm", fast, params=dict(normalized_shape=[16], eps=1e-5, elementwise_affine=False),
+               shapes=[(4, 9, 16)])
+    sdpa = build("F.scaled_dot_product_attention", fast, shapes=[(3, 4, 5, 4), (3, 4, 6, 4), (3, 4, 6, 3),
+                                                                 (3, 1, 5, 6)])
+    mha = build("nn.MultiheadAttention", fast, params=params, attrs=attrs, shapes=[(3, 5, E), (3 * H, 5, 5)],
+                names=["input", "attn_mask"])
+    threads.set_num_threads(3)
+    try:
+        for batch, length, keys in ((3, 5, 6), (3, 5, 6), (2, 7, 4), (3, 5, 6), (2, 7, 4)):
+            x = data(batch, length, 16, scale=2.0)
+            assert close(run(ln, fast, x)[0], layer_norm_by_definition(x, 1, 1e-5))
+            q, k, v = attention_inputs((batch, 4), length, keys, 4, 3)
+            mask = float_mask((batch, 1, length, keys))
+            assert close(run(sdpa, fast, q, k, v, mask)[0], sdpa_by_definition(q, k, v, mask=mask))
+            tokens, heads_mask = data(batch, length, E), float_mask((batch * H, length, length))
+            assert close(run(mha, fast, tokens, heads_mask)[0],
+                         mha_by_definition(params, W, tokens, tokens, tokens, mask=heads_mask))
+    finally:
+        threads.set_num_threads(None)
+
+
 # ---- the models ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module", params=["numpy", "reference", *OPENCL])
 def graph_backend(request):
