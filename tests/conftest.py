@@ -1,6 +1,7 @@
 """Shared fixtures: where the committed models and their PyTorch references live."""
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,16 @@ def tuning_cache_in_tmp(tmp_path_factory):
         patch.delenv("KUIPER_TUNING", raising=False)
         patch.setenv("KUIPER_TUNING_CACHE", str(tmp_path_factory.mktemp("tuning") / "tuning.json"))
         yield
+
+
+def allocated_during(call) -> int:
+    """The most bytes that allocations made during call() held at once (numpy reports its arrays to tracemalloc)."""
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 # ---- OpenCL: every test that takes `cl_runtime` runs once per usable OpenCL device -------------------

@@ -19,7 +19,7 @@ import numpy as np
 
 from kuiper.cpu import threads
 from kuiper.cpu.registry import fast
-from kuiper.cpu.scratch import Scratch, view
+from kuiper.cpu.scratch import KeepsScratch, Scratch, view
 from kuiper.layers import attention
 
 #: the lowest float32: subtracted from a row of -inf it leaves -inf, which exp turns into zeros
@@ -60,15 +60,12 @@ def over_items(count: int, item_macs: int, part) -> bool:
     return True
 
 
-class BandedAttention(attention.Attention):
+class BandedAttention(KeepsScratch, attention.Attention):
     """The banded attend and the kept work buffers, for both layers: put it before the reference class in the
     bases. A subclass names its buffers in `buffers`; a forward takes them from `work`."""
 
-    keeps_workspace = True
-
     def __init__(self, op):
         super().__init__(op)
-        self.scratch = Scratch()
         self._plan = None  # (input shapes, {buffer name: shape}) of the last forward
 
     def buffers(self, input_shapes: list, bool_mask: bool) -> dict:

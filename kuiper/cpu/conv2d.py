@@ -33,7 +33,7 @@ import numpy as np
 
 from kuiper.cpu import depthwise, threads
 from kuiper.cpu.registry import fast
-from kuiper.cpu.scratch import Scratch, view
+from kuiper.cpu.scratch import KeepsScratch, view
 from kuiper.cpu.winograd import F2, F4, Winograd, windows
 from kuiper.layers import conv2d
 from kuiper.layers.conv2d import batched
@@ -78,12 +78,9 @@ DEPTHWISE_STRIDED_PIXELS = 2000
 
 
 @fast("nn.Conv2d")
-class Conv2d(conv2d.Conv2d):
-    keeps_workspace = True
-
+class Conv2d(KeepsScratch, conv2d.Conv2d):
     def __init__(self, op):
         super().__init__(op)
-        self.scratch = Scratch()
         # Winograd's matrices are for a 3x3 kernel moving one pixel at a time over all input channels
         self.winograd_ok = self.kernel_size == (3, 3) and self.stride == self.dilation == (1, 1) and self.groups == 1
         # only the variants this geometry allows: each of them can run any input shape, so all are candidates

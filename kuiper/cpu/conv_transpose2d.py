@@ -5,19 +5,13 @@ from __future__ import annotations
 
 from kuiper.cpu import threads
 from kuiper.cpu.registry import fast
-from kuiper.cpu.scratch import Scratch
+from kuiper.cpu.scratch import KeepsScratch
 from kuiper.layers import conv_transpose2d
 from kuiper.layers.conv2d import batched
 
 
 @fast("nn.ConvTranspose2d")
-class ConvTranspose2d(conv_transpose2d.ConvTranspose2d):
-    keeps_workspace = True
-
-    def __init__(self, op):
-        super().__init__(op)
-        self.scratch = Scratch()
-
+class ConvTranspose2d(KeepsScratch, conv_transpose2d.ConvTranspose2d):
     def workspace_bytes(self, input_shapes):
         return self.item_workspace_bytes(input_shapes)  # one item at a time
 

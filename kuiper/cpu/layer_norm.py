@@ -14,7 +14,7 @@ import numpy as np
 
 from kuiper.cpu import threads
 from kuiper.cpu.registry import fast
-from kuiper.cpu.scratch import Scratch
+from kuiper.cpu.scratch import KeepsScratch
 from kuiper.layers import layer_norm
 
 #: each thread's band holds at least this many elements (about 0.1 ms of work here), to pay for the hand-over
@@ -22,13 +22,7 @@ PART_ELEMENTS = 1 << 16
 
 
 @fast("nn.LayerNorm", "F.layer_norm")
-class LayerNorm(layer_norm.LayerNorm):
-    keeps_workspace = True
-
-    def __init__(self, op):
-        super().__init__(op)
-        self.scratch = Scratch()
-
+class LayerNorm(KeepsScratch, layer_norm.LayerNorm):
     def workspace_bytes(self, input_shapes):
         return 4 * self.rows(tuple(input_shapes[0]))[0]
 

@@ -24,6 +24,17 @@ class Scratch:
         return buffer
 
 
+class KeepsScratch:
+    """A fast layer whose work buffers stay in `scratch` between forwards; Layer.keeps_workspace tells the memory
+    planner to count them (workspace_bytes). Put it first in the bases."""
+
+    keeps_workspace = True
+
+    def __init__(self, op):
+        super().__init__(op)
+        self.scratch = Scratch()
+
+
 def view(buffer: np.ndarray, *shape) -> np.ndarray:
     """The first prod(shape) elements of a flat work buffer, shaped."""
     return buffer[:math.prod(shape)].reshape(shape)  # math.prod: np.prod costs 10 us a call, 0.5 ms a forward

@@ -6,12 +6,11 @@ pnnx names the mask input ($attn_mask=...); `make_operator` leaves every name em
 gives the operators of a test the names pnnx would write, and the shapes it records for the outputs."""
 
 import math
-import tracemalloc
 
 import numpy as np
 import pytest
 
-from conftest import assert_every_path_matches_reference, assert_opencl_matches_numpy
+from conftest import allocated_during, assert_every_path_matches_reference, assert_opencl_matches_numpy
 from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
 from kuiper.layers.attention import MultiheadAttention
@@ -352,16 +351,6 @@ def test_work_group_softmax_on_every_device(cl_runtime, monkeypatch, named, case
 def kept_bytes(layer):
     """What a fast layer holds between forwards: its Scratch's buffers (kuiper/cpu/scratch.py)."""
     return sum(buffer.nbytes for buffer in layer.scratch._buffers.values())
-
-
-def allocated_during(call) -> int:
-    """The most bytes that allocations made during call() held at once (numpy reports its arrays to tracemalloc)."""
-    tracemalloc.start()
-    try:
-        call()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def assert_buffers_hold_nothing_stale(monkeypatch, count, type, runs, **options):

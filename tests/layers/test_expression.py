@@ -1,11 +1,11 @@
 """pnnx.Expression: the tokenizer, the parser's tree, reverse Polish form, and evaluation against numpy."""
 
 import math
-import tracemalloc
 
 import numpy as np
 import pytest
 
+from conftest import allocated_during
 from kuiper.errors import LayerError, ShapeError
 from kuiper.layers.expression import BINARY, UNARY
 from kuiper.layers.expression_parser import (
@@ -151,12 +151,7 @@ def test_results_reuse_the_output_and_scratch_arrays(expr, shapes, temporary):
     layer = expression(expr, *shapes)
     inputs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
     out = np.empty(layer.output_shapes(shapes)[0], np.float32)
-    tracemalloc.start()
-    try:
-        layer.forward_numpy(inputs, [out])
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = allocated_during(lambda: layer.forward_numpy(inputs, [out]))
     assert peak / out.nbytes == pytest.approx(temporary, abs=0.05)
 
 

@@ -2,12 +2,11 @@
 path (the fast CPU LayerNorm on 1-3 threads, OpenCL on every device, its work-group kernel too) against the
 reference; and every bad parameter or shape as a one-line kuiper error."""
 
-import tracemalloc
 
 import numpy as np
 import pytest
 
-from conftest import assert_every_path_matches_reference, assert_opencl_matches_numpy
+from conftest import allocated_during, assert_every_path_matches_reference, assert_opencl_matches_numpy
 from kuiper.cpu import layer_norm as fast_layer_norm
 from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
@@ -170,12 +169,7 @@ def test_a_second_fast_layer_norm_allocates_no_large_array():
     try:
         with threads.active():
             layer.forward_numpy([x], [out])
-            tracemalloc.start()
-            try:
-                layer.forward_numpy([x], [out])
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
+            peak = allocated_during(lambda: layer.forward_numpy([x], [out]))
     finally:
         threads.set_num_threads(None)
     assert peak < 64 << 10

@@ -3,12 +3,11 @@ broadcasting, torch.mm/bmm/addmm/baddbmm, torch.einsum against a textbook einsum
 bias as inputs; every path (fast CPU, OpenCL on every device) against the reference; the GEMM layouts."""
 
 import itertools
-import tracemalloc
 
 import numpy as np
 import pytest
 
-from conftest import assert_every_path_matches_reference, assert_every_variant_matches_numpy
+from conftest import allocated_during, assert_every_path_matches_reference, assert_every_variant_matches_numpy
 from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
 from kuiper.layers.matmul import gemm_layout
@@ -251,12 +250,7 @@ def test_the_fast_linear_function_writes_its_output_and_allocates_no_large_array
             out = np.empty(shape[:-1] + (288,), np.float32)
             with threads.active():
                 layer.forward_numpy(inputs, [out])
-                tracemalloc.start()
-                try:
-                    layer.forward_numpy(inputs, [out])
-                    peak = tracemalloc.get_traced_memory()[1]
-                finally:
-                    tracemalloc.stop()
+                peak = allocated_during(lambda: layer.forward_numpy(inputs, [out]))
             assert peak < 64 << 10, shape
             np.testing.assert_allclose(out, products(inputs[0], inputs[1].T) + inputs[2], rtol=1e-5, atol=1e-4)
     finally:

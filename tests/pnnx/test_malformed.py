@@ -2,7 +2,6 @@
 names the file and the line or member at fault."""
 
 import random
-import time
 import tracemalloc
 import zipfile
 
@@ -146,15 +145,14 @@ def test_malformed_bin(files, change, make_bin, member):
 def test_huge_claimed_shape_fails_before_allocating(files):
     param = files.param(TINY_PARAM.replace("@weight=(2,3)f32", "@weight=(100000,100000,100000)f32"))
     files.bin(TINY_MEMBERS)
+    # refused from the declared size alone, before anything of that size is allocated
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         with pytest.raises(PnnxFormatError, match="needs 4000000000000000"):
             load(param)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - start < 1.0
     assert peak < 1 << 20
 
 
