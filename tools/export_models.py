@@ -2,9 +2,10 @@
 
     python tools/export_models.py [--out models] [--only NAME ...]
 
-Needs the `export` extra. Install `pip install torch==2.13.0 pnnx` first: on the project's machines that
-pin takes the CPU build of torch, while the extra's unpinned `torch` would pull the CUDA wheels. The
-committed files were made with torch 2.13.0+cpu and pnnx 20261020.
+Needs torch, torchvision and pnnx (the `export` extra). On the project's machines `pip install torch==2.13.0
+pnnx` takes the CPU build of torch; torchvision 0.29.2 asks for torch 2.15, whose only build there is the CUDA
+one, so the committed files were made with torch 2.13.0+cpu, torchvision 0.29.2 installed with --no-deps,
+and pnnx 20261020 (kuiper.export.import_torchvision makes that torchvision importable without CUDA).
 
 Every model is torch code defined here, or one of torchvision's classes built small (the transformers),
 built from a fixed seed and exported in eval mode; its weights are random (the manifest says `"random_weights": true`). For each model the tool writes into OUT/NAME/:
