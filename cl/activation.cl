@@ -1,5 +1,6 @@
 // Element-wise activations: one kernel, the formula picked at compile time with -DACT=act_<name>.
 // `a` and `b` carry the layer's parameters (slope, bounds); activations without parameters ignore them.
+#include "store.h"
 
 // Comparisons rather than fmax/fmin/clamp: those return the other operand for a NaN, while PyTorch (and
 // numpy) pass NaN through; PoCL also calls them out of line instead of inlining a compare.
@@ -22,10 +23,10 @@ float act_gelu_tanh(float x, float a, float b) {
     return x / (1.0f + exp(-two_u));
 }
 
-__kernel void activation(__global float* restrict y, __global const float* restrict x, const int n,
+__kernel void activation(__global store_t* restrict y, __global const store_t* restrict x, const int n,
                          const float a, const float b) {
     const int i = get_global_id(0);
     if (i < n) {
-        y[i] = ACT(x[i], a, b);
+        STORE(y, i, ACT(LOAD(x, i), a, b));
     }
 }

@@ -4,6 +4,7 @@
 // stride for writes and for reads along an image row. Every size is an argument.
 //
 // Geometry along an axis: output o's tap t reads input o * stride - pad + t * dilation.
+#include "store.h"
 
 // ---- im2col: column matrix (items, groups, cin_g * kh * kw, out_h * out_w) of a batch of images ----------
 // Row (c, i, j) of group g holds, for every output pixel, the input channel g * cin_g + c under tap (i, j),
@@ -13,7 +14,7 @@
 // runs 10-25x slower on PoCL). GPUs take one pixel each (span = 1), so that neighbouring work-items write
 // neighbouring addresses. Global size (out_h * segments, rows, items * groups); the chunk's first image
 // starts x_offset elements into x.
-__kernel void im2col(__global float* restrict col, __global const float* restrict x, const long x_offset,
+__kernel void im2col(__global store_t* restrict col, __global const store_t* restrict x, const long x_offset,
                      const int span, const int groups, const int cin_g, const int height, const int width,
                      const int out_h, const int out_w, const int kernel_h, const int kernel_w,
                      const int stride_h, const int stride_w, const int pad_h, const int pad_w,
@@ -26,17 +27,17 @@ __kernel void im2col(__global float* restrict col, __global const float* restric
     const int y = oy * stride_h - pad_h + i * dilation_h, left = j * dilation_w - pad_w;
     const bool row_inside = y >= 0 && y < height;
     // z = item * groups + g, and channel g * cin_g + c of that item is plane z * cin_g + c
-    const __global float* in = x + x_offset + (((long)z * cin_g + c) * height + (row_inside ? y : 0)) * width;
-    __global float* out = col + ((long)z * cin_g * taps + row) * out_h * out_w + oy * out_w;
+    const __global store_t* in = x + x_offset + (((long)z * cin_g + c) * height + (row_inside ? y : 0)) * width;
+    __global store_t* out = col + ((long)z * cin_g * taps + row) * out_h * out_w + oy * out_w;
     // the pixels ox in [lo, hi) read the input at ox * stride_w + left; the others read padding
     // (ternaries, not clamp(): a built-in is a call on PoCL)
     int lo = left >= 0 ? 0 : (stride_w - 1 - left) / stride_w;
     int hi = row_inside && left < width ? (width - 1 - left) / stride_w + 1 : 0;
     lo = lo < begin ? begin : lo > end ? end : lo;
     hi = hi < lo ? lo : hi > end ? end : hi;
-    for (int ox = begin; ox < lo; ++ox) out[ox] = 0.0f;
-    for (int ox = lo; ox < hi; ++ox) out[ox] = in[ox * stride_w + left];
-    for (int ox = hi; ox < end; ++ox) out[ox] = 0.0f;
+    for (int ox = begin; ox < lo; ++ox) STORE(out, ox, 0.0f);
+    for (int ox = lo; ox < hi; ++ox) STORE(out, ox, LOAD(in, ox * stride_w + left));
+    for (int ox = hi; ox < end; ++ox) STORE(out, ox, 0.0f);
 }
 
 // ---- col2im: ConvTranspose2d's output from its columns (items, groups, cout_g * kh * kw, height * width) ------
@@ -44,8 +45,8 @@ __kernel void im2col(__global float* restrict col, __global const float* restric
 // it: input row iy with iy * stride - pad + i * dilation == oy, which exists when the distance is a whole
 // number of strides inside the input. A gather, so no two work-items write the same place. Global size
 // (out_h * out_w, channels, items); the chunk's first image starts y_offset elements into y.
-__kernel void col2im(__global float* restrict y, const long y_offset, __global const float* restrict col,
-                     __global const float* restrict bias, const int has_bias, const int channels,
+__kernel void col2im(__global store_t* restrict y, const long y_offset, __global const store_t* restrict col,
+                     __global const store_t* restrict bias, const int has_bias, const int channels,
                      const int cout_g, const int height, const int width, const int out_h, const int out_w,
                      const int kernel_h, const int kernel_w, const int stride_h, const int stride_w,
                      const int pad_h, const int pad_w, const int dilation_h, const int dilation_w) {
@@ -54,7 +55,7 @@ __kernel void col2im(__global float* restrict y, const long y_offset, __global c
     const int oy = p / out_w + pad_h, ox = p % out_w + pad_w;
     // channel o is row block o % cout_g of group o / cout_g: (item * groups + g) * cout_g + o % cout_g
     const long block = (long)item * channels + o;
-    const __global float* taps = col + block * kernel_h * kernel_w * height * width;
+    const __global store_t* taps = col + block * kernel_h * kernel_w * height * width;
     float sum = 0.0f;
     for (int i = 0; i < kernel_h; ++i) {
         const int dy = oy - i * dilation_h;
@@ -62,17 +63,17 @@ __kernel void col2im(__global float* restrict y, const long y_offset, __global c
         for (int j = 0; j < kernel_w; ++j) {
             const int dx = ox - j * dilation_w;
             if (dx < 0 || dx % stride_w || dx / stride_w >= width) continue;
-            sum += taps[((long)i * kernel_w + j) * height * width + dy / stride_h * width + dx / stride_w];
+            sum += LOAD(taps, ((long)i * kernel_w + j) * height * width + dy / stride_h * width + dx / stride_w);
         }
     }
-    y[y_offset + block * out_h * out_w + p] = has_bias ? sum + bias[o] : sum;
+    STORE(y, y_offset + block * out_h * out_w + p, has_bias ? sum + LOAD(bias, o) : sum);
 }
 
 // ---- depthwise: one input channel per group, `multiplier` output channels per input channel -------------
 // Output channel o reads input channel o / multiplier with its own kh x kw weights. Global size
 // (out_h * out_w, items * channels).
-__kernel void depthwise_conv2d(__global float* restrict y, __global const float* restrict x,
-                               __global const float* restrict weight, __global const float* restrict bias,
+__kernel void depthwise_conv2d(__global store_t* restrict y, __global const store_t* restrict x,
+                               __global const store_t* restrict weight, __global const store_t* restrict bias,
                                const int has_bias, const int channels, const int multiplier, const int height,
                                const int width, const int out_h, const int out_w, const int kernel_h,
                                const int kernel_w, const int stride_h, const int stride_w, const int pad_h,
@@ -81,8 +82,8 @@ __kernel void depthwise_conv2d(__global float* restrict y, __global const float*
     if (p >= out_h * out_w) return;
     const int o = plane % channels;
     // (item, o) reads plane (item, o / multiplier) of an input with channels / multiplier channels
-    const __global float* in = x + (long)(plane / multiplier) * height * width;
-    const __global float* w = weight + o * kernel_h * kernel_w;
+    const __global store_t* in = x + (long)(plane / multiplier) * height * width;
+    const __global store_t* w = weight + o * kernel_h * kernel_w;
     const int top = p / out_w * stride_h - pad_h, left = p % out_w * stride_w - pad_w;
     float sum = 0.0f;
     for (int i = 0; i < kernel_h; ++i) {
@@ -90,8 +91,8 @@ __kernel void depthwise_conv2d(__global float* restrict y, __global const float*
         if (row < 0 || row >= height) continue;
         for (int j = 0; j < kernel_w; ++j) {
             const int col = left + j * dilation_w;
-            if (col >= 0 && col < width) sum += in[row * width + col] * w[i * kernel_w + j];
+            if (col >= 0 && col < width) sum += LOAD(in, row * width + col) * LOAD(w, i * kernel_w + j);
         }
     }
-    y[(long)plane * out_h * out_w + p] = has_bias ? sum + bias[o] : sum;
+    STORE(y, (long)plane * out_h * out_w + p, has_bias ? sum + LOAD(bias, o) : sum);
 }

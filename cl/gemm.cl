@@ -15,6 +15,8 @@
 //             work-item accumulates RM x RN outputs from them; local size must be (TN / RN, TM / RM).
 //             Built with KH and KW, it reads B as implicit im2col of a convolution's input.
 
+#include "store.h"
+
 #define CAT(a, b) a##b
 #define XCAT(a, b) CAT(a, b)
 
@@ -23,8 +25,8 @@ inline long stack_offset(int z, int groups, long offset, long group_stride, long
     return offset + (long)(z % groups) * group_stride + (long)(z / groups) * item_stride;
 }
 
-inline float bias_of(__global const float* bias, int bias_mode, int g, int m, int n, int M, int N) {
-    return bias_mode == 1 ? bias[g * M + m] : bias_mode == 2 ? bias[g * N + n] : 0.0f;
+inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, int n, int M, int N) {
+    return bias_mode == 1 ? LOAD(bias, g * M + m) : bias_mode == 2 ? LOAD(bias, g * N + n) : 0.0f;
 }
 
 #define STACK_ARGS                                                                                         \
@@ -44,18 +46,19 @@ inline float bias_of(__global const float* bias, int bias_mode, int g, int m, in
 #define NB (NV * VN)
 #if VN == 16
 #define floatV float16
-#define LOADV(p) (float16)(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], \
-                           p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15])
+#define LOADV(p) (float16)(LOAD(p, 0), LOAD(p, 1), LOAD(p, 2), LOAD(p, 3), LOAD(p, 4), LOAD(p, 5), LOAD(p, 6), \
+                           LOAD(p, 7), LOAD(p, 8), LOAD(p, 9), LOAD(p, 10), LOAD(p, 11), LOAD(p, 12), LOAD(p, 13), \
+                           LOAD(p, 14), LOAD(p, 15))
 #elif VN == 4
 #define floatV float4
-#define LOADV(p) (float4)(p[0], p[1], p[2], p[3])
+#define LOADV(p) (float4)(LOAD(p, 0), LOAD(p, 1), LOAD(p, 2), LOAD(p, 3))
 #elif VN == 1
 #define floatV float
-#define LOADV(p) (p[0])
+#define LOADV(p) LOAD(p, 0)
 #endif
 
-__kernel void gemm_cpu(__global float* restrict C, __global const float* restrict A,
-                       __global const float* restrict B, __global const float* restrict bias, const int bias_mode,
+__kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* restrict A,
+                       __global const store_t* restrict B, __global const store_t* restrict bias, const int bias_mode,
                        const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
                        STACK_ARGS) {
     const int bx = get_global_id(0), by = get_global_id(1), z = get_global_id(2);
@@ -67,7 +70,7 @@ __kernel void gemm_cpu(__global float* restrict C, __global const float* restric
     B += stack_offset(z, groups, off_b, group_b, item_b) + n0;
     C += stack_offset(z, groups, off_c, group_c, item_c);
 
-    const __global float* a_row[MB];
+    const __global store_t* a_row[MB];
     floatV acc[MB][NV];
     #pragma unroll
     for (int r = 0; r < MB; ++r) {
@@ -81,7 +84,7 @@ __kernel void gemm_cpu(__global float* restrict C, __global const float* restric
         for (int v = 0; v < NV; ++v) b[v] = LOADV((B + v * VN));
         #pragma unroll
         for (int r = 0; r < MB; ++r) {
-            const float a = a_row[r][k];
+            const float a = LOAD(a_row[r], k);
             #pragma unroll
             for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
         }
@@ -95,8 +98,8 @@ __kernel void gemm_cpu(__global float* restrict C, __global const float* restric
         union { floatV v[NV]; float s[NB]; } row;  // the block's row, element by element
         #pragma unroll
         for (int v = 0; v < NV; ++v) row.v[v] = acc[r][v];
-        __global float* c_row = C + (long)m * ldc + n0;
-        for (int c = fresh; c < NB; ++c) c_row[c] = row.s[c] + bias_of(bias, bias_mode, g, m, n0 + c, M, N);
+        __global store_t* c_row = C + (long)m * ldc + n0;
+        for (int c = fresh; c < NB; ++c) STORE(c_row, c, row.s[c] + bias_of(bias, bias_mode, g, m, n0 + c, M, N));
     }
 }
 #endif
@@ -128,13 +131,13 @@ __kernel void gemm_cpu(__global float* restrict C, __global const float* restric
 #endif
 
 // A[m][k] or 0 outside A
-inline float a_at(const __global float* A, int m, int k, int M, int K, int lda) {
-    return m < M && k < K ? A[(long)m * lda + k] : 0.0f;
+inline float a_at(const __global store_t* A, int m, int k, int M, int K, int lda) {
+    return m < M && k < K ? LOAD(A, (long)m * lda + k) : 0.0f;
 }
 
 __kernel __attribute__((reqd_work_group_size(LX, LY, 1)))
-void gemm_gpu(__global float* restrict C, __global const float* restrict A, __global const float* restrict B,
-              __global const float* restrict bias, const int bias_mode, const int M, const int N, const int K,
+void gemm_gpu(__global store_t* restrict C, __global const store_t* restrict A, __global const store_t* restrict B,
+              __global const store_t* restrict bias, const int bias_mode, const int M, const int N, const int K,
               const int lda, const int ldb, const int ldc, STACK_ARGS IMAGE_ARGS) {
     // A's tile transposed: a_tile[k][q] holds rows 4q..4q+3 at k. The extra float4 per row spreads the
     // transposing stores of consecutive work-items (consecutive k) over the memory banks.
@@ -176,13 +179,15 @@ void gemm_gpu(__global float* restrict C, __global const float* restrict A, __gl
                 const int c = k / (KH * KW), i = k / KW % KH, j = k % KW;
                 const int4 y = top + i * dilation_h, x = left + j * dilation_w;
                 const int4 inside = in_b & (y >= 0) & (y < height) & (x >= 0) & (x < width);
-                const __global float* plane = B + (long)c * height * width;
-                v = (float4)(inside.x ? plane[y.x * width + x.x] : 0.0f, inside.y ? plane[y.y * width + x.y] : 0.0f,
-                             inside.z ? plane[y.z * width + x.z] : 0.0f, inside.w ? plane[y.w * width + x.w] : 0.0f);
+                const __global store_t* plane = B + (long)c * height * width;
+                v = (float4)(inside.x ? LOAD(plane, y.x * width + x.x) : 0.0f,
+                             inside.y ? LOAD(plane, y.y * width + x.y) : 0.0f,
+                             inside.z ? LOAD(plane, y.z * width + x.z) : 0.0f,
+                             inside.w ? LOAD(plane, y.w * width + x.w) : 0.0f);
 #else
-                const __global float* row = B + (long)k * ldb + n;
-                v = (float4)(in_b.x ? row[0] : 0.0f, in_b.y ? row[1] : 0.0f, in_b.z ? row[2] : 0.0f,
-                             in_b.w ? row[3] : 0.0f);
+                const __global store_t* row = B + (long)k * ldb + n;
+                v = (float4)(in_b.x ? LOAD(row, 0) : 0.0f, in_b.y ? LOAD(row, 1) : 0.0f, in_b.z ? LOAD(row, 2) : 0.0f,
+                             in_b.w ? LOAD(row, 3) : 0.0f);
 #endif
             }
             b_tile[e / (TN / 4)][p] = v;
@@ -211,7 +216,7 @@ void gemm_gpu(__global float* restrict C, __global const float* restrict A, __gl
         #pragma unroll
         for (int j = 0; j < RN; ++j) {
             const int n = n0 + 4 * (tx + j / 4 * LX) + j % 4;
-            if (m < M && n < N) C[(long)m * ldc + n] = acc[i][j] + bias_of(bias, bias_mode, g, m, n, M, N);
+            if (m < M && n < N) STORE(C, (long)m * ldc + n, acc[i][j] + bias_of(bias, bias_mode, g, m, n, M, N));
         }
     }
 }

@@ -122,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="numpy (default: fast CPU layers, fused), reference (the textbook layers only) or opencl")
     run.add_argument("--device", help="OpenCL device: P:D or a name substring (default: KUIPER_CL_DEVICE, first GPU, first CPU)")
     run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
+    run.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
+                     help="opencl: store tensors and weights as fp32 (default) or fp16 (kernels compute in float)")
     run.add_argument("--batch", type=_positive,
                      help="run at this batch size (the input is repeated or drawn); with a folder, images per "
                           f"forward (default {FOLDER_BATCH})")
@@ -244,7 +246,7 @@ def cmd_run(args) -> None:
         kuiper.set_num_threads(args.threads)
     graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
                         custom_ops=args.custom_op, tuning="measure" if args.tune else None,
-                        memory_limit=args.memory_limit)
+                        memory_limit=args.memory_limit, precision=args.precision)
     names = labels.read_names(args.labels) if args.labels else None
     record = references.saved(param)
     random_weights = bool(record and record.random_weights)

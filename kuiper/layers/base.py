@@ -238,12 +238,12 @@ class Layer:
         self.build_opencl(rt)
         if variant is not None:
             self.variants.use([x.shape for x in inputs], variant)
-        device_in = [DeviceTensor(rt, rt.upload(x), x.shape, x.dtype) for x in inputs]
-        device_out = [DeviceTensor(rt, rt.allocate(np.prod(s, dtype=np.int64) * np.dtype(d).itemsize), s, d)
+        device_in = [DeviceTensor(rt, rt.upload(x), x.shape, rt.stored(x.dtype)) for x in inputs]
+        device_out = [DeviceTensor(rt, rt.allocate(np.prod(s, dtype=np.int64) * rt.stored(d).itemsize), s, rt.stored(d))
                       for s, d in zip(shapes, dtypes)]
         q = Enqueuer(rt)
         q.begin(self.op, ())
         self.forward_opencl(q, device_in, device_out)
         q.finish()
-        return [t.numpy() for t in device_out]
+        return [rt.loaded(t.numpy()) for t in device_out]
 

@@ -37,6 +37,14 @@ __kernel void probe(__global float* x, const float a, const int n) {
 """
 PROBE_ITEMS = 100  # not a multiple of any work-group size: the bounds check is exercised too
 
+# precision fp16 stores through these two core built-ins (cl/store.h): checked once before a device is used so
+HALF_PROBE_SOURCE = """
+__kernel void half_probe(__global half* y, __global const half* x, const float a) {
+    const int i = get_global_id(0);
+    vstore_half(vload_half(i, x) * a, i, y);
+}
+"""
+
 
 def _cl():
     import pyopencl
@@ -203,6 +211,25 @@ def _probe(device) -> str | None:
     expected = x * np.float32(3) + np.arange(PROBE_ITEMS, dtype=np.float32)
     if not np.allclose(y, expected, rtol=1e-6, atol=1e-6):
         return f"the test kernel computed wrong values (max error {float(np.abs(y - expected).max()):.3g})"
+    return None
+
+
+def half_probe(context, queue) -> str | None:
+    """None when the device reads and writes half floats correctly (vload_half, vstore_half), else the reason."""
+    cl = _cl()
+    x = np.linspace(-2, 2, 128, dtype=np.float16)
+    y = np.empty_like(x)
+    try:
+        kernel = build_program(context, HALF_PROBE_SOURCE, []).half_probe
+        flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
+        source, result = cl.Buffer(context, flags, hostbuf=x), cl.Buffer(context, flags, hostbuf=y)
+        kernel(queue, (128,), None, result, source, np.float32(3))
+        cl.enqueue_copy(queue, y, result, is_blocking=True)
+    except Exception as e:
+        return one_line(e)
+    expected = (x.astype(np.float32) * 3).astype(np.float16)
+    if not np.array_equal(y, expected):
+        return f"vload_half/vstore_half computed wrong values (max error {float(np.abs(y - expected).max()):.3g})"
     return None
 
 

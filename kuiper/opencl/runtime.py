@@ -13,6 +13,7 @@ expensive: PoCL takes ~0.2-2 s per program). Layers talk to it in two moments:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import os
@@ -22,10 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from kuiper.errors import BackendError, KernelBuildError
-from kuiper.opencl.devices import build_program, is_cpu, select_device
+from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_device
 from kuiper.tensor import Tensor, normalize_shape
 
 CL_DIR = Path(__file__).resolve().parent.parent.parent / "cl"
+# how float32 tensors and weights are stored on the device; kernels compute in float either way (cl/store.h)
+PRECISIONS = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -43,7 +46,15 @@ def _cl():
 
 # ---- the runtime ------------------------------------------------------------------------------------
 class OpenCLRuntime:
-    """A context and queues on one device, with the program/kernel cache and the buffer pool."""
+    """A context and queues on one device, with the program/kernel cache and the buffer pool.
+
+    `precision` says how float32 tensors and weights are stored on the device: "fp32", or "fp16" (half the
+    bytes; kernels still compute in float). A runtime is fp32; `at_precision` gives a view of it that stores
+    at another precision and shares everything else."""
+
+    precision = "fp32"
+    storage = PRECISIONS["fp32"]
+    defines = ()  # compiler options every program gets: how cl/store.h stores floats
 
     def __init__(self, device):
         cl = _cl()
@@ -57,8 +68,45 @@ class OpenCLRuntime:
         self._ooo_queue = None
         self._programs = {}
         self._kernels = {}
-        self.programs_built = 0
+        self._views = {"fp32": self}
         self.pool = BufferPool(self)
+
+    @property
+    def programs_built(self) -> int:
+        """Programs compiled so far (every one is kept)."""
+        return len(self._programs)
+
+    def at_precision(self, precision: str) -> "OpenCLRuntime":
+        """This runtime storing floats at `precision` ("fp32" or "fp16"): one view per precision, sharing the
+        context, queues, program cache and buffer pool. Half storage goes through vload_half/vstore_half, core
+        OpenCL that needs no cl_khr_fp16; a device whose driver gets them wrong is refused here."""
+        view = self._views.get(precision)
+        if view is None:
+            if precision not in PRECISIONS:
+                raise BackendError(f"unknown precision {precision!r} (available: {', '.join(PRECISIONS)})")
+            self.ooo_queue  # made now, so that the views share it
+            view = copy.copy(self)
+            view.precision, view.storage, view.defines = precision, PRECISIONS[precision], ("-DKUIPER_HALF",)
+            failure = half_probe(self.context, self.queue)
+            if failure:
+                raise BackendError(f"{self.device.name.strip()}: cannot store tensors as fp16 ({failure}); "
+                                   f"use precision fp32")
+            self._views[precision] = view
+        return view
+
+    def stored(self, dtype) -> np.dtype:
+        """The dtype a tensor of `dtype` has on the device: float32 is stored at this runtime's precision."""
+        dtype = np.dtype(dtype)
+        return self.storage if dtype == np.float32 else dtype
+
+    def computed(self, dtype) -> np.dtype:
+        """The dtype the graph computes a tensor stored as `dtype` in: float32 for what is stored as fp16."""
+        dtype = np.dtype(dtype)
+        return np.dtype(np.float32) if dtype == self.storage else dtype
+
+    def loaded(self, array: np.ndarray) -> np.ndarray:
+        """A downloaded array in the dtype the graph computes in."""
+        return array.astype(self.computed(array.dtype), copy=False)
 
     @property
     def ooo_queue(self):
@@ -77,7 +125,7 @@ class OpenCLRuntime:
     def program(self, file, options=()):
         """The built program for cl/<file> (or an absolute path) with these options, from the cache when
         the source and the headers it includes are unchanged."""
-        options = tuple(options)
+        options = (*self.defines, *options)
         path = _kernel_path(file)
         source, digest = _source_and_hash(path)
         file = str(file)
@@ -96,7 +144,6 @@ class OpenCLRuntime:
                     file=file, options=" ".join(options), log=log,
                 ) from None
             self._programs[key] = program
-            self.programs_built += 1
         return program
 
     def kernel(self, file: str, name: str, options=()):
@@ -121,9 +168,9 @@ class OpenCLRuntime:
 
     # ---- memory --------------------------------------------------------------------------------------
     def upload(self, array: np.ndarray):
-        """A read-only device copy of a host array (weights: done once at build)."""
+        """A read-only device copy of a host array (weights: done once at build), float32 at the precision."""
         cl = _cl()
-        array = np.require(array, requirements="CA")  # contiguous and aligned, as the driver expects
+        array = np.require(array, dtype=self.stored(array.dtype), requirements="CA")  # contiguous and aligned, as the driver expects
         if not array.nbytes:  # nothing to copy; OpenCL buffers cannot be empty
             return self.allocate(4)
         flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
@@ -320,11 +367,12 @@ class Enqueuer:
     def run_on_host(self, layer, inputs: list, outputs: list) -> None:
         """An operator with no OpenCL forward: download its inputs, run numpy, upload its outputs."""
         self.finish()
-        host_out = [np.empty(t.shape, dtype=t.dtype) for t in outputs]
-        layer.forward_numpy([t.numpy() for t in inputs], host_out)
+        rt = self.runtime
+        host_out = [np.empty(t.shape, dtype=rt.computed(t.dtype)) for t in outputs]
+        layer.forward_numpy([rt.loaded(t.numpy()) for t in inputs], host_out)
         for tensor, array in zip(outputs, host_out):
             if array.size:
-                _cl().enqueue_copy(self.queue, tensor.buffer, array, is_blocking=True)
+                _cl().enqueue_copy(self.queue, tensor.buffer, array.astype(tensor.dtype, copy=False), is_blocking=True)
 
     def finish(self) -> None:
         self.queue.finish()

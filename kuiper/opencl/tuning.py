@@ -93,21 +93,22 @@ def _scratch(layer, shapes) -> tuple:
     memory could hold denormals, which slow CPU arithmetic down and would skew the timing."""
     rt = layer.variants.rt
     rng = np.random.default_rng(0)
-    inputs = [DeviceTensor(rt, rt.upload(rng.uniform(-1, 1, shape).astype(np.float32)), shape) for shape in shapes]
-    outputs = [DeviceTensor(rt, rt.allocate(4 * math.prod(shape)), shape)
+    inputs = [DeviceTensor(rt, rt.upload(rng.uniform(-1, 1, shape).astype(np.float32)), shape, rt.storage)
+              for shape in shapes]
+    outputs = [DeviceTensor(rt, rt.allocate(4 * math.prod(shape)), shape, rt.storage)
                for shape in layer.output_shapes(list(shapes))]
     return inputs, outputs
 
 
 def cache_key(layer, shapes) -> str:
-    """What a measurement holds for: the device and its driver, the variants' kernel sources, the operator (its
+    """What a measurement holds for: the device and its driver, the storage precision, the variants' kernel sources, the operator (its
     type and parameters; layers that differ only in their weights run alike) and the input shapes."""
     variants, op = layer.variants, layer.op
     device = variants.rt.device
     sources = hashlib.sha256("".join(variants.rt.source_hash(f) for f in variants.files).encode())
     params = " ".join(f"{key}={str(p.value).replace(' ', '')}" for key, p in sorted(op.params.items()))
     inputs = ",".join("x".join(map(str, shape)) for shape in shapes)
-    return " | ".join((device.name.strip(), device.driver_version, sources.hexdigest()[:16],
+    return " | ".join((device.name.strip(), device.driver_version, variants.rt.precision, sources.hexdigest()[:16],
                        f"{op.type} {params}".strip(), inputs))
 
 

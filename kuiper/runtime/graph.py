@@ -35,6 +35,7 @@ from kuiper import pnnx
 from kuiper.custom import CustomOps
 from kuiper.errors import BackendError, ConfigError, GraphError, ShapeError, UnsupportedOperatorError
 from kuiper.layers.registry import is_supported
+from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
 from kuiper.runtime import checks, fusion, memory
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
@@ -62,11 +63,16 @@ class RuntimeGraph:
 
     def __init__(self, param_path, bin_path=None, backend: str = "numpy", device: str | None = None,
                  schedule: str = "inorder", custom_ops=None, tuning: str | None = None, memory_limit=None,
-                 max_plans: int = MAX_PLANS):
+                 max_plans: int = MAX_PLANS, precision: str = "fp32"):
         if backend not in BACKENDS:
             raise BackendError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         if schedule not in SCHEDULES:
             raise BackendError(f"unknown schedule {schedule!r} (available: {', '.join(SCHEDULES)})")
+        if precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {precision!r} (available: {', '.join(PRECISIONS)})")
+        if precision != "fp32" and backend != "opencl":
+            raise ConfigError(f"precision {precision} needs the opencl backend: the {backend} backend computes in "
+                              f"the file's float32")
         if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
             raise ConfigError(f"max_plans={max_plans!r}: the graph must keep at least one plan")
         self.max_plans = max_plans
@@ -77,9 +83,10 @@ class RuntimeGraph:
         self.backend = backend
         self.device = device
         self.schedule = schedule
+        self.precision = precision
         self.tuning = tuning_mode(tuning)  # how layers with kernel variants pick one per shape (opencl/tuning.py)
         if backend == "opencl":
-            self.executor = OpenCLExecutor(device, schedule, self.tuning, self.param_path)
+            self.executor = OpenCLExecutor(device, schedule, self.tuning, self.param_path, precision)
         else:
             self.executor = NumpyExecutor() if backend == "numpy" else ReferenceExecutor()
         # custom operator configs (kuiper/custom/): consulted before the registry, for this graph only
@@ -373,7 +380,7 @@ class RuntimeGraph:
 
 
 def load(param_path, bin_path=None, backend: str = "numpy", **options) -> RuntimeGraph:
-    """Read, link and build a model in one call (options: device, schedule, tuning for the opencl backend;
+    """Read, link and build a model in one call (options: device, schedule, tuning, precision for the opencl backend;
     custom_ops, config files or directories of custom operators; memory_limit, the most bytes one plan may
     ask for; max_plans, how many plans the graph keeps)."""
     return RuntimeGraph(param_path, bin_path, backend=backend, **options).build()

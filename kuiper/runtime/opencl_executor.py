@@ -19,8 +19,9 @@ class OpenCLExecutor:
     device = True
     fuses = True
 
-    def __init__(self, device: str | None, schedule: str, tuning: str, where: str):
+    def __init__(self, device: str | None, schedule: str, tuning: str, where: str, precision: str = "fp32"):
         self.spec = device
+        self.precision = precision  # how float32 tensors are stored on the device (opencl/runtime.py)
         self.schedule = schedule
         self.tuning = tuning
         self.where = where  # the model file, for messages
@@ -32,7 +33,7 @@ class OpenCLExecutor:
         return layer_class(op.type, op.name)(op)
 
     def build(self, order: list) -> None:
-        self.runtime = get_runtime(self.spec)
+        self.runtime = get_runtime(self.spec).at_precision(self.precision)
         self.tuning_cache = TuningCache() if self.tuning == MEASURE else None
         self.host_fallbacks = []
         for op in order:
@@ -49,7 +50,7 @@ class OpenCLExecutor:
 
     def prepare(self, plan, order: list) -> None:
         plan.place(self.runtime.pool.slots(plan.assignment),
-                   lambda slot, shape, dtype: DeviceTensor(self.runtime, slot, shape, dtype))
+                   lambda slot, shape, dtype: DeviceTensor(self.runtime, slot, shape, self.runtime.stored(dtype)))
         operands = {o.name: o for op in order for o in op.output_operands}
         plan.reuse_waits = reuse_waits(plan.lifetimes, plan.assignment, operands)
         plan.variants = {op.name: choose(op.layer, [plan.shapes[o.name] for o in op.input_operands], self.tuning,
@@ -69,7 +70,7 @@ class OpenCLExecutor:
     def feed(self, op, array, plan) -> DeviceTensor:
         tensor = plan.tensors[op.output_operand.name]
         self.enqueuer.begin(op, ())
-        self.enqueuer.write(tensor.buffer, array)  # the one upload of this input
+        self.enqueuer.write(tensor.buffer, array.astype(tensor.dtype, copy=False))  # the one upload of this input
         return tensor
 
     def output(self, operand, plan) -> DeviceTensor:
@@ -84,7 +85,7 @@ class OpenCLExecutor:
 
     def results(self, operands: list) -> list:
         self.enqueuer.finish()
-        return [operand.tensor.numpy() for operand in operands]  # the one download of each output
+        return [self.runtime.loaded(operand.tensor.numpy()) for operand in operands]  # one download per output
 
     def device_seconds(self, op):
         return self.enqueuer.kernel_seconds(op.name)
