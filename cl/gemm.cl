@@ -8,6 +8,10 @@
 // covers every group of every batch item of a convolution). bias_mode: 0 none, 1 one value per row of C
 // (conv: per output channel, bias[g * M + m]), 2 one per column (linear: bias[g * N + n]).
 //
+// The epilogue (kuiper/opencl/gemm.py: KernelEpilogue) runs on each value of C as it is stored, after the
+// bias: with -DADD it adds `residual`, a tensor laid out like C (the other operand of a fused residual sum),
+// then with -DACT=act_<name> the activation (cl/activations.h) with parameters (act_a, act_b).
+//
 // Two variants with the same arguments:
 //   gemm_cpu  no local memory: each work-item keeps an MB x (NV * VN) block of C in floatVN registers,
 //             the shape a CPU core's vector FMA units want; any local size works.
@@ -16,6 +20,9 @@
 //             Built with KH and KW, it reads B as implicit im2col of a convolution's input.
 
 #include "store.h"
+#ifdef ACT
+#include "activations.h"
+#endif
 
 #define CAT(a, b) a##b
 #define XCAT(a, b) CAT(a, b)
@@ -27,6 +34,19 @@ inline long stack_offset(int z, int groups, long offset, long group_stride, long
 
 inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, int n, int M, int N) {
     return bias_mode == 1 ? LOAD(bias, g * M + m) : bias_mode == 2 ? LOAD(bias, g * N + n) : 0.0f;
+}
+
+#define EPILOGUE_ARGS __global const store_t* restrict residual, const float act_a, const float act_b
+
+// v (one value of C, bias added) through the epilogue; i is its index from C's start (residual's alike)
+inline float epilogue(float v, __global const store_t* residual, long i, float act_a, float act_b) {
+#ifdef ADD
+    v += LOAD(residual, i);
+#endif
+#ifdef ACT
+    v = ACT(v, act_a, act_b);
+#endif
+    return v;
 }
 
 #define STACK_ARGS                                                                                         \
@@ -59,6 +79,7 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 
 __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* restrict A,
                        __global const store_t* restrict B, __global const store_t* restrict bias, const int bias_mode,
+                       EPILOGUE_ARGS,
                        const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
                        STACK_ARGS) {
     const int bx = get_global_id(0), by = get_global_id(1), z = get_global_id(2);
@@ -69,6 +90,7 @@ __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* res
     A += stack_offset(z, groups, off_a, group_a, item_a);
     B += stack_offset(z, groups, off_b, group_b, item_b) + n0;
     C += stack_offset(z, groups, off_c, group_c, item_c);
+    residual += stack_offset(z, groups, off_c, group_c, item_c);
 
     const __global store_t* a_row[MB];
     floatV acc[MB][NV];
@@ -98,8 +120,11 @@ __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* res
         union { floatV v[NV]; float s[NB]; } row;  // the block's row, element by element
         #pragma unroll
         for (int v = 0; v < NV; ++v) row.v[v] = acc[r][v];
-        __global store_t* c_row = C + (long)m * ldc + n0;
-        for (int c = fresh; c < NB; ++c) STORE(c_row, c, row.s[c] + bias_of(bias, bias_mode, g, m, n0 + c, M, N));
+        const long at = (long)m * ldc + n0;
+        for (int c = fresh; c < NB; ++c) {
+            const float v = row.s[c] + bias_of(bias, bias_mode, g, m, n0 + c, M, N);
+            STORE(C, at + c, epilogue(v, residual, at + c, act_a, act_b));
+        }
     }
 }
 #endif
@@ -111,6 +136,10 @@ __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* res
 // reads RM / 4 + RN / 4 float4 from local memory (neighbouring work-items: neighbouring float4, no bank
 // conflicts) for RM * RN multiply-adds, and stores to C come out as runs of 4 columns per work-item, 256
 // contiguous bytes per 16 work-items. Tile loads outside A or B read zeros, so edges and the K tail need no other care.
+//
+// With SPLIT defined (split-K, for products with too few tiles to fill the device), global dimension 2 runs
+// over stack x `slices`: slice s sums the k in [s * span, (s + 1) * span) only, and writes its partial tile,
+// without bias or epilogue, to `partial` (dense M x N float per product and slice); gemm_sum adds the slices.
 //
 // With KH and KW defined, B is implicit im2col (Conv2d): B points at the stack of input images, and entry
 // (k, n) of the column matrix, k = (c, i, j) over cin_g x KH x KW and n = (oy, ox) over the output pixels, is
@@ -129,6 +158,11 @@ __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* res
 #else
 #define IMAGE_ARGS
 #endif
+#ifdef SPLIT
+#define SPLIT_ARGS , const int slices, const int span, __global float* restrict partial
+#else
+#define SPLIT_ARGS
+#endif
 
 // A[m][k] or 0 outside A
 inline float a_at(const __global store_t* A, int m, int k, int M, int K, int lda) {
@@ -137,17 +171,24 @@ inline float a_at(const __global store_t* A, int m, int k, int M, int K, int lda
 
 __kernel __attribute__((reqd_work_group_size(LX, LY, 1)))
 void gemm_gpu(__global store_t* restrict C, __global const store_t* restrict A, __global const store_t* restrict B,
-              __global const store_t* restrict bias, const int bias_mode, const int M, const int N, const int K,
-              const int lda, const int ldb, const int ldc, STACK_ARGS IMAGE_ARGS) {
+              __global const store_t* restrict bias, const int bias_mode, EPILOGUE_ARGS, const int M, const int N,
+              const int K, const int lda, const int ldb, const int ldc, STACK_ARGS IMAGE_ARGS SPLIT_ARGS) {
     // A's tile transposed: a_tile[k][q] holds rows 4q..4q+3 at k. The extra float4 per row spreads the
     // transposing stores of consecutive work-items (consecutive k) over the memory banks.
     __local float4 a_tile[TK][TM / 4 + 1];
     __local float4 b_tile[TK][TN / 4];
     const int tx = get_local_id(0), ty = get_local_id(1), t = ty * LX + tx;
-    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN, z = get_global_id(2);
+    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+#ifdef SPLIT
+    const int z = get_global_id(2) / slices, slice = get_global_id(2) % slices;
+    const int k_begin = slice * span, k_end = min(K, k_begin + span);
+#else
+    const int z = get_global_id(2), k_begin = 0, k_end = K;
+#endif
     A += stack_offset(z, groups, off_a, group_a, item_a);
     B += stack_offset(z, groups, off_b, group_b, item_b);
     C += stack_offset(z, groups, off_c, group_c, item_c);
+    residual += stack_offset(z, groups, off_c, group_c, item_c);
 
     // every B load of this work-item is in the same 4 columns (THREADS is a multiple of TN / 4)
     const int p = t % (TN / 4), n = n0 + 4 * p;
@@ -164,17 +205,17 @@ void gemm_gpu(__global store_t* restrict C, __global const store_t* restrict A, 
         #pragma unroll
         for (int j = 0; j < RN; ++j) acc[i][j] = 0.0f;
     }
-    for (int k0 = 0; k0 < K; k0 += TK) {
+    for (int k0 = k_begin; k0 < k_end; k0 += TK) {
         // consecutive work-items load along k in A (rows are contiguous in k) and along n in B
         for (int e = t; e < TK * TM / 4; e += THREADS) {
             const int k = k0 + e % TK, m = m0 + 4 * (e / TK);
-            a_tile[e % TK][e / TK] = (float4)(a_at(A, m, k, M, K, lda), a_at(A, m + 1, k, M, K, lda),
-                                              a_at(A, m + 2, k, M, K, lda), a_at(A, m + 3, k, M, K, lda));
+            a_tile[e % TK][e / TK] = (float4)(a_at(A, m, k, M, k_end, lda), a_at(A, m + 1, k, M, k_end, lda),
+                                              a_at(A, m + 2, k, M, k_end, lda), a_at(A, m + 3, k, M, k_end, lda));
         }
         for (int e = t; e < TK * TN / 4; e += THREADS) {
             const int k = k0 + e / (TN / 4);
             float4 v = 0.0f;
-            if (k < K) {
+            if (k < k_end) {
 #ifdef KH
                 const int c = k / (KH * KW), i = k / KW % KH, j = k % KW;
                 const int4 y = top + i * dilation_h, x = left + j * dilation_w;
@@ -216,8 +257,27 @@ void gemm_gpu(__global store_t* restrict C, __global const store_t* restrict A, 
         #pragma unroll
         for (int j = 0; j < RN; ++j) {
             const int n = n0 + 4 * (tx + j / 4 * LX) + j % 4;
-            if (m < M && n < N) STORE(C, (long)m * ldc + n, acc[i][j] + bias_of(bias, bias_mode, g, m, n, M, N));
+            if (m >= M || n >= N) continue;
+#ifdef SPLIT
+            partial[((long)get_global_id(2) * M + m) * N + n] = acc[i][j];
+#else
+            const long at = (long)m * ldc + n;
+            STORE(C, at, epilogue(acc[i][j] + bias_of(bias, bias_mode, g, m, n, M, N), residual, at, act_a, act_b));
+#endif
         }
     }
 }
 #endif
+
+// ---- split-K's sum: C = the slices' partial products added up, then the bias and the epilogue -------------
+// Global size (N, M, stack); slice s of product z is at partial + ((z * slices + s) * M) * N.
+__kernel void gemm_sum(__global store_t* restrict C, __global const float* restrict partial,
+                       __global const store_t* restrict bias, const int bias_mode, EPILOGUE_ARGS, const int M,
+                       const int N, const int ldc, const int slices, STACK_ARGS) {
+    const int n = get_global_id(0), m = get_global_id(1), z = get_global_id(2);
+    if (n >= N || m >= M) return;
+    float v = bias_of(bias, bias_mode, z % groups, m, n, M, N);
+    for (int s = 0; s < slices; ++s) v += partial[((long)(z * slices + s) * M + m) * N + n];
+    const long at = stack_offset(z, groups, off_c, group_c, item_c) + (long)m * ldc + n;
+    STORE(C, at, epilogue(v, residual, at, act_a, act_b));
+}

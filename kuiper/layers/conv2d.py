@@ -20,7 +20,8 @@ CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (
 it, reading im2col's entries straight from the input (implicit im2col). The variant is chosen per input
 shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
 convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
-a GEMM to pay.
+a GEMM to pay. A residual sum and an activation fused after the convolution (kuiper/layers/fused.py) run in
+the GEMM's epilogue (`cl_epilogue`), as each output value is stored.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import NO_BIAS, ROW_BIAS, Columns, Gemm, Matrix
+from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Columns, Gemm, Matrix
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 
@@ -160,6 +161,14 @@ class Conv2d(ConvLayer):
                           writeable=False)
 
     # ---- OpenCL -----------------------------------------------------------------------------------
+    #: the fused steps the GEMM applies as it stores the output (a KernelEpilogue, set by FusedLayer)
+    cl_epilogue = NO_EPILOGUE
+
+    @property
+    def takes_opencl_epilogue(self) -> bool:
+        """Whether the OpenCL forward can run a fused epilogue: the GEMM can, the depthwise kernel cannot."""
+        return self.in_channels != self.groups
+
     def build_opencl(self, rt):
         self.cl_bias = None if self.bias is None else rt.upload(self.bias.ravel())
         # one input channel per group (depthwise, with any channel multiplier): too thin for a GEMM
@@ -168,7 +177,7 @@ class Conv2d(ConvLayer):
             self.cl_weight = rt.upload(self.w_kernel)
             return
         self.cl_depthwise = None
-        self.gemm = Gemm(rt, kernel_size=None if self.pointwise else self.kernel_size)
+        self.gemm = Gemm(rt, kernel_size=None if self.pointwise else self.kernel_size, epilogue=self.cl_epilogue)
         self.variants = self.gemm.choices(self.gemm_dims, "conv.cl")
         self.cl_weight = rt.upload(self.w_gemm)
         if not self.pointwise:  # for the GEMM variants that read a column matrix, not the images
@@ -191,10 +200,12 @@ class Conv2d(ConvLayer):
                   int(self.cl_bias is not None), cout, cout // cin, h, w, ho, wo, *geometry)
             return
         cin_g, cout_g, k = cin // g, cout // g, self.w_gemm.shape[2]
-        bias = dict(bias=self.cl_bias, bias_mode=NO_BIAS if self.cl_bias is None else ROW_BIAS)
+        # inputs past the first are the tensors a fused epilogue adds
+        bias = dict(bias=self.cl_bias, bias_mode=NO_BIAS if self.cl_bias is None else ROW_BIAS,
+                    epilogue=self.cl_epilogue.args(inputs, y))
         weights = Matrix(self.cl_weight, k, group=cout_g * k)
         out = Matrix(y.buffer, ho * wo, group=cout_g * ho * wo, item=cout * ho * wo)
-        variant = self.variants.pick((x.shape,))
+        variant = self.variants.pick(tuple(t.shape for t in inputs))
         implicit = variant in self.gemm.implicit
         # the GEMM reads B from the input itself when the input is the column matrix (1x1) or when it computes
         # im2col's entries on the fly (implicit); otherwise im2col writes the column matrix first

@@ -17,6 +17,15 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   input images (`Gemm(..., kernel_size)`): on a GPU, writing and reading back the column matrix took a
   third of ResNet-18's time. The rule gives other devices the tiles `_gpu_tiles` picks by the product's
   shape (see GPU_TILES).
+
+  A product with too few tiles to keep every compute unit busy (a 7x7 layer at batch 1: 32 tiles of 32 x 32
+  for an H200's 132 units, each looping over K = 4608) is split along K (`_slices`): each slice of K
+  computes its partial tiles, and `gemm_sum` adds them up, then the bias and the epilogue.
+
+A fused operator's epilogue (kuiper/layers/fused.py) runs in the kernel that stores C when it has the shape
+a `KernelEpilogue` takes: at most one residual sum, then at most one activation. Each value then gets the
+other tensor added and the activation applied in registers, where separate kernels would read and write the
+whole output once per step.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from typing import NamedTuple
 
 from kuiper.opencl.runtime import round_up
 from kuiper.variants import Variant, Variants
+
 
 #: gemm_cpu's register block: MB rows by NV vectors of 16 columns (24 AVX2/AVX-512 ymm accumulators:
 #: LLVM splits a float16 into two 256-bit halves on these CPUs, and 32 such registers exist)
@@ -45,6 +55,11 @@ COLUMN_BYTES = 64 << 20
 #: serves devices whose work-groups stop below 256.
 GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 
+#: split-K: enough work-groups for this many per compute unit, each slice summing at least SPLIT_SPAN of K
+#: (a thinner slice would move more partial sums than it computes)
+SPLIT_GROUPS_PER_UNIT = 4
+SPLIT_SPAN = 256
+
 
 class Matrix(NamedTuple):
     """One operand of a stacked GEMM: where product (group, item) finds its matrix in `buffer`."""
@@ -57,6 +72,40 @@ class Matrix(NamedTuple):
 
 
 NO_BIAS, ROW_BIAS, COLUMN_BIAS = 0, 1, 2
+
+
+class KernelEpilogue(NamedTuple):
+    """A fused operator's steps as the GEMM applies them to each value it stores: add input `add` of the fused
+    operator (a tensor shaped like the output), then the activation layer `act` (an element-wise layer with an
+    OpenCL formula in cl/activations.h). None where there is no such step."""
+
+    add: int | None = None
+    act: object = None
+
+    @classmethod
+    def of(cls, steps: list) -> "KernelEpilogue | None":
+        """The steps as a kernel epilogue, or None when they have another shape (two sums, a sum after the
+        activation, an activation with no OpenCL formula)."""
+        adds = [step.extra for step in steps if step.extra is not None]
+        acts = [step.layer for step in steps if step.extra is None]
+        if len(adds) > 1 or len(acts) > 1 or (adds and acts and steps[0].extra is None):
+            return None
+        if acts and getattr(acts[0], "cl_function", None) is None:
+            return None
+        return cls(adds[0] if adds else None, acts[0] if acts else None)
+
+    @property
+    def options(self) -> list:
+        return (["-DADD"] if self.add is not None else []) + ([f"-DACT=act_{self.act.cl_function}"] if self.act else [])
+
+    def args(self, inputs: list, output) -> tuple:
+        """The kernels' (residual, act_a, act_b) for a forward: `inputs` are the fused operator's."""
+        residual = inputs[self.add].buffer if self.add is not None else output.buffer
+        a, b = self.act.cl_params() if self.act else (0.0, 0.0)
+        return residual, float(a), float(b)
+
+
+NO_EPILOGUE = KernelEpilogue()
 
 
 
@@ -75,11 +124,17 @@ class Gemm:
     everywhere, only slower there); None keeps both, and the rule takes the device's.
 
     With a convolution's `kernel_size` (kh, kw), the GPU variants are built for implicit im2col (the set
-    `implicit`): B is then the stack of input images and each call passes the convolution's `image` geometry."""
+    `implicit`): B is then the stack of input images and each call passes the convolution's `image` geometry.
+    Every kernel applies `epilogue` (a KernelEpilogue) to what it stores."""
 
-    def __init__(self, rt, variant: str | None = None, kernel_size: tuple | None = None):
+    def __init__(self, rt, variant: str | None = None, kernel_size: tuple | None = None,
+                 epilogue: KernelEpilogue = NO_EPILOGUE):
         self.rt = rt
         self.kernel_size = kernel_size
+        self.epilogue = epilogue
+        self._split_kernels = {}  # tile -> gemm_gpu built for split-K, on first need
+        self._sum_kernel = None
+        self.partial = Scratch(rt)  # split-K's partial products
         cpu = [Variant(cpu_name(block[0]), partial(self._cpu_kernel, block), partial(self._cpu_launch, block[0]))
                for block in CPU_BLOCKS]
         gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
@@ -134,27 +189,34 @@ class Gemm:
     # ---- kernels ------------------------------------------------------------------------------------
     def _cpu_kernel(self, block):
         _, nv, vn = block
-        return self.rt.kernel("gemm.cl", "gemm_cpu", [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}"])
+        return self.rt.kernel("gemm.cl", "gemm_cpu",
+                              [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}", *self.epilogue.options])
 
-    def _gpu_kernel(self, tile):
+    def _gpu_kernel(self, tile, split: bool = False):
         tm, tn, tk, rm, rn = tile
         options = [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}"]
         if self.kernel_size is not None:
             options += [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}"]
+        # the split kernel stores partial sums: the epilogue is gemm_sum's
+        options += ["-DSPLIT"] if split else self.epilogue.options
         return self.rt.kernel("gemm.cl", "gemm_gpu", options)
 
     # ---- launching ----------------------------------------------------------------------------------
     def __call__(self, q, m: int, n: int, k: int, c: Matrix, a: Matrix, b: Matrix, *, groups: int = 1,
-                 items: int = 1, bias=None, bias_mode: int = NO_BIAS, image: tuple = (), variant: Variant = None):
+                 items: int = 1, bias=None, bias_mode: int = NO_BIAS, image: tuple = (), variant: Variant = None,
+                 epilogue: tuple = None):
         """Enqueue C = A @ B (+ bias) for `items` x `groups` products of (m, k) @ (k, n); returns the event.
 
         bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS).
         image: for a variant in `implicit`, the geometry of the convolution whose im2col B stands for: (height,
         width, out_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w).
-        variant: one of `variants` (a layer's choice for its input shape); None: the rule's for this product."""
+        variant: one of `variants` (a layer's choice for its input shape); None: the rule's for this product.
+        epilogue: the (residual, act_a, act_b) of this Gemm's epilogue for this call (KernelEpilogue.args)."""
         stack = items * groups
-        args = (c.buffer, a.buffer, b.buffer, a.buffer if bias is None else bias, bias_mode, m, n, k, a.ld, b.ld,
-                c.ld, groups, a.offset, b.offset, c.offset, a.group, b.group, c.group, a.item, b.item, c.item)
+        residual, act_a, act_b = epilogue or (c.buffer, 0.0, 0.0)
+        args = (c.buffer, a.buffer, b.buffer, a.buffer if bias is None else bias, bias_mode, residual, act_a, act_b,
+                m, n, k, a.ld, b.ld, c.ld, groups, a.offset, b.offset, c.offset, a.group, b.group, c.group, a.item,
+                b.item, c.item)
         variant = variant or self.variants[self.rule(m, n, stack)]
         return variant(q, m, n, stack, args, image)
 
@@ -165,9 +227,30 @@ class Gemm:
                      *args)
 
     def _gpu_launch(self, tile: tuple, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
-        tm, tn, _, rm, rn = tile
+        tm, tn, tk, rm, rn = tile
         local = (tn // rn, tm // rm)
-        return q.run(kernel, (-(-n // tn) * local[0], -(-m // tm) * local[1], stack), (*local, 1), *args, *image)
+        grid = (-(-n // tn) * local[0], -(-m // tm) * local[1])
+        k = args[10]
+        slices = self._slices(tile, m, n, k, stack)
+        if slices == 1:
+            return q.run(kernel, (*grid, stack), (*local, 1), *args, *image)
+        span = round_up(-(-k // slices), tk)
+        slices = -(-k // span)
+        partial = self.partial.fit(4 * slices * stack * m * n)
+        split = self._split_kernels.get(tile) or self._split_kernels.setdefault(tile, self._gpu_kernel(tile, True))
+        q.run(split, (*grid, stack * slices), (*local, 1), *args, *image, slices, span, partial)
+        if self._sum_kernel is None:
+            self._sum_kernel = self.rt.kernel("gemm.cl", "gemm_sum", self.epilogue.options)
+        c, bias, bias_mode, residual, act_a, act_b = args[0], *args[3:8]
+        return q.run(self._sum_kernel, (round_up(n, 32), round_up(m, 4), stack), None, c, partial, bias, bias_mode,
+                     residual, act_a, act_b, m, n, args[13], slices, *args[14:])
+
+    def _slices(self, tile: tuple, m: int, n: int, k: int, stack: int) -> int:
+        """How many slices of K a GPU tile's product is split into: 1 when its tiles fill the device, else
+        enough for SPLIT_GROUPS_PER_UNIT work-groups per compute unit, each summing at least SPLIT_SPAN."""
+        tiles = -(-m // tile[0]) * -(-n // tile[1]) * stack
+        wanted = SPLIT_GROUPS_PER_UNIT * self.rt.device.max_compute_units
+        return max(1, min(-(-wanted // tiles), k // SPLIT_SPAN))
 
     def _cpu_group(self, column_blocks: int, row_blocks: int, stack: int) -> tuple:
         """CPU_GROUP, no larger than the product, halved (rows first) until every core gets a few groups."""
@@ -190,21 +273,29 @@ class Gemm:
         return self.tiles[-1]
 
 
-class Columns:
-    """A layer's device buffer for column matrices, allocated when a forward first needs it and again only
-    when a larger input needs more."""
+class Scratch:
+    """A device buffer that grows to the largest size asked of it: allocated when a forward first needs it,
+    and again only when a larger input needs more."""
 
     def __init__(self, rt):
         self.rt = rt
         self.buffer = None
         self.nbytes = 0
 
+    def fit(self, nbytes: int):
+        """`buffer`, made at least nbytes large."""
+        if nbytes > self.nbytes:
+            self.nbytes = nbytes
+            self.buffer = self.rt.allocate(nbytes)
+        return self.buffer
+
+
+class Columns(Scratch):
+    """A layer's device buffer for column matrices."""
+
     def chunks(self, items: int, item_elements: int) -> list:
         """[(first item, item count)] in chunks whose columns (item_elements floats per item) fit COLUMN_BYTES,
         with `buffer` large enough for one chunk."""
         per_chunk = max(1, min(items, COLUMN_BYTES // (4 * item_elements)))
-        if 4 * per_chunk * item_elements > self.nbytes:
-            self.nbytes = 4 * per_chunk * item_elements
-            self.buffer = self.rt.allocate(self.nbytes)
+        self.fit(4 * per_chunk * item_elements)
         return [(first, min(per_chunk, items - first)) for first in range(0, items, per_chunk)]
-

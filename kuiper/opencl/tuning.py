@@ -123,7 +123,7 @@ def default_cache_path() -> Path:
 class TuningCache:
     """The winners of past measurements, in a JSON file shared by every graph and process:
 
-        {"format": 1, "entries": {"<device> | <driver> | <sources hash> | <operator> | <input shapes>":
+        {"format": 1, "entries": {"<device> | <driver> | <precision> | <sources hash> | <operator> | <input shapes>":
                                   {"variant": "channel", "seconds": {"plane": 8.1e-05, "channel": 8.8e-06}}}}
 
     An entry counts only where it timed exactly today's candidates. A file that cannot be read or parsed gives

@@ -6,7 +6,8 @@ Two rewrites, over the operators in execution order:
 - **Fuse**: an activation that works in place (ReLU, clamps: ElementwiseLayer.in_place) or a sum of two
   same-shape tensors (pnnx.Expression add(@0,@1): ResNet's residual add) whose input has no other reader
   joins the operator that produced that input, if that operator's layer applies an epilogue itself
-  (`forward_epilogue`, as the fast CPU convolution does, band by band while the band is in the cache).
+  (`forward_epilogue`, as the fast CPU convolution does, band by band while the band is in the cache; or
+  `takes_opencl_epilogue`, as Conv2d's GEMM does on OpenCL, value by value as it stores them).
   `conv -> add -> relu` becomes ONE operator whose layer is a FusedLayer (kuiper/layers/fused.py): the
   convolution, then the steps [add the other tensor, relu]. The other tensor of the sum becomes an ordinary
   input of the fused operator, so the BFS waits for it like for any input.
@@ -66,7 +67,8 @@ def fuse(order: list, graph_ends: set) -> list:
 
 def _start(producer) -> dict | None:
     """A new group around `producer`, if its layer applies epilogues itself."""
-    if producer is None or producer.layer is None or not hasattr(producer.layer, "forward_epilogue"):
+    layer = producer.layer if producer is not None else None
+    if layer is None or not (hasattr(layer, "forward_epilogue") or getattr(layer, "takes_opencl_epilogue", False)):
         return None
     if len(producer.output_operands) != 1:
         return None

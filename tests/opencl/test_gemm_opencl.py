@@ -1,6 +1,7 @@
 """cl/gemm.cl through kuiper/opencl/gemm.py: both kernels on every device against numpy in float64, on sizes
 around the kernels' blocks and tiles (1, 3, 17, 63, 64, 65, 129), with bias, padded leading dimensions,
-offsets and stacks of groups x batch items; and every block and tile size (each a variant) on one product."""
+offsets and stacks of groups x batch items; every block and tile size (each a variant) on one product;
+split-K; and the fused epilogue (a residual sum, an activation) in every kernel."""
 
 from types import SimpleNamespace
 
@@ -8,8 +9,10 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
-from kuiper.opencl import Enqueuer
+from kuiper.opencl import Enqueuer, gemm as gemm_module
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, KernelEpilogue, Matrix
+from kuiper.layers.fused import EpilogueStep
+from kuiper.runtime.operators import make_layer
 
 SIZES = (1, 3, 17, 63, 64, 65, 129)
 VARIANTS = ("cpu", "gpu")
@@ -62,11 +65,12 @@ def test_bias_per_row_and_column_with_padded_rows(cl_runtime, variant, m, n, k):
     assert_close(gemm_on_device(cl_runtime, variant, a, b, columns, COLUMN_BIAS, pad=3), exact + columns)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_stack_of_groups_and_items(cl_runtime, variant):
+@pytest.mark.parametrize("variant, k", [("cpu", 23), ("gpu", 23), ("gpu", 600)])
+def test_stack_of_groups_and_items(cl_runtime, variant, k, monkeypatch):
     """The convolution layout: C[item, g] = A[g] @ B[item, g] + bias[g], with A shared by the items and
-    everything read and written past a leading offset."""
-    items, groups, m, n, k, offset = 3, 2, 19, 37, 23, 7
+    everything read and written past a leading offset. With k = 600 the GPU kernel splits K in two."""
+    monkeypatch.setattr(gemm_module, "SPLIT_GROUPS_PER_UNIT", 10 ** 6)  # split as far as SPLIT_SPAN lets it
+    items, groups, m, n, offset = 3, 2, 19, 37, 7
     a = RNG.standard_normal((groups, m, k), dtype=np.float32)
     b = RNG.standard_normal((items, groups, k, n), dtype=np.float32)
     bias = RNG.standard_normal((groups, m), dtype=np.float32)
@@ -107,3 +111,64 @@ def test_the_rule_follows_the_device_and_the_product(cl_runtime):
         assert [gemm.rule(64, n, 1) for n in (1, 3, 17, 32, 1000)] == ["cpu 6x1", "cpu 6x1", "cpu 6x16", "cpu 6x32",
                                                                         "cpu 6x32"]
     assert Gemm(cl_runtime, "gpu").rule(1, 1, 1) == f"gpu {gemm.tiles[-1][0]}x{gemm.tiles[-1][1]}"  # the smallest
+
+
+@pytest.mark.parametrize("groups_per_unit", [1, 10 ** 6])
+@pytest.mark.parametrize("m, n, k", [(40, 30, 1100), (129, 5, 2048), (3, 65, 513)])
+def test_split_k_adds_the_slices_up(cl_runtime, monkeypatch, groups_per_unit, m, n, k):
+    """Products with few tiles and a long K, split into as many slices as the device asks (or as SPLIT_SPAN
+    allows): the slices' sums, the K tail in the last slice, the bias after the sum."""
+    monkeypatch.setattr(gemm_module, "SPLIT_GROUPS_PER_UNIT", groups_per_unit)
+    gemm = Gemm(cl_runtime, "gpu")
+    tile = gemm._gpu_tiles(m, n, 1)
+    if groups_per_unit > 1:
+        assert gemm._slices(tile, m, n, k, 1) == k // gemm_module.SPLIT_SPAN > 1
+    a, b = RNG.standard_normal((m, k), dtype=np.float32), RNG.standard_normal((k, n), dtype=np.float32)
+    bias = RNG.standard_normal(m, dtype=np.float32)
+    expected = a.astype(np.float64) @ b + bias[:, None]
+    assert_close(gemm_on_device(cl_runtime, "gpu", a, b, bias, ROW_BIAS, pad=3), expected)
+
+
+def epilogue_steps(activation):
+    """A fused operator's steps: add its input 2, then `activation` (a layer, or None)."""
+    steps = [EpilogueStep(None, extra=2)]
+    return steps + [EpilogueStep(activation)] if activation is not None else steps
+
+
+@pytest.mark.parametrize("family, split", [("cpu", False), ("gpu", False), ("gpu", True)])  # gemm_cpu never splits
+@pytest.mark.parametrize("activation, formula", [
+    (None, lambda v: v),
+    ("nn.ReLU", lambda v: np.maximum(v, 0)),
+    ("nn.LeakyReLU", lambda v: np.where(v >= 0, v, 0.25 * v)),
+])
+def test_the_epilogue_adds_the_residual_then_activates(cl_runtime, monkeypatch, family, split, activation, formula):
+    monkeypatch.setattr(gemm_module, "SPLIT_GROUPS_PER_UNIT", 10 ** 6 if split else 1)
+    params = {"negative_slope": 0.25} if activation == "nn.LeakyReLU" else {}
+    layer = None if activation is None else make_layer(activation, params=params, input_shapes=[(1,)])
+    epilogue = KernelEpilogue.of(epilogue_steps(layer))
+    items, m, n, k = 2, 21, 34, 600
+    a = RNG.standard_normal((m, k), dtype=np.float32)
+    b = RNG.standard_normal((items, k, n), dtype=np.float32)
+    residual = RNG.standard_normal((items, m, n), dtype=np.float32)
+    bias = RNG.standard_normal(m, dtype=np.float32)
+    rt = cl_runtime
+    c = rt.allocate(4 * items * m * n)
+    q = enqueuer(rt)
+    gemm = Gemm(rt, family, epilogue=epilogue)
+    fused_inputs = [None, None, SimpleNamespace(buffer=rt.upload(residual))]
+    gemm(q, m, n, k, c=Matrix(c, n, item=m * n), a=Matrix(rt.upload(a), k), b=Matrix(rt.upload(b), n, item=k * n),
+         items=items, bias=rt.upload(bias), bias_mode=ROW_BIAS, epilogue=epilogue.args(fused_inputs, None))
+    q.finish()
+    out = np.empty((items, m, n), np.float32)
+    cl.enqueue_copy(rt.queue, out, c)
+    assert_close(out, formula(np.matmul(a.astype(np.float64), b) + bias[:, None] + residual))
+
+
+def test_only_a_sum_then_an_activation_fits_in_the_kernel():
+    relu = make_layer("nn.ReLU", input_shapes=[(1,)])
+    sigmoid = make_layer("nn.Sigmoid", input_shapes=[(1,)])
+    assert KernelEpilogue.of([EpilogueStep(relu)]).options == ["-DACT=act_relu"]
+    assert KernelEpilogue.of(epilogue_steps(sigmoid)).options == ["-DADD", "-DACT=act_sigmoid"]
+    assert KernelEpilogue.of([EpilogueStep(relu), EpilogueStep(None, extra=2)]) is None  # activation, then sum
+    assert KernelEpilogue.of([EpilogueStep(None, extra=2), EpilogueStep(None, extra=3)]) is None  # two sums
+    assert KernelEpilogue.of([EpilogueStep(relu), EpilogueStep(sigmoid)]) is None  # two activations
