@@ -46,6 +46,13 @@ from kuiper.variants import Variant, Variants
 #: thread makes must take the GIL back, and the other thread often holds it).
 COLUMN_BYTES = 4 << 20
 
+#: copying one float into im2col's column matrix takes about as long as this many of its GEMM's multiply-adds
+#: (as kuiper/cpu/depthwise.py's GEMM_SPEEDUP): whether an image is cut into a band per thread counts both. With
+#: the GEMM alone, RegNet-X-400MF's grouped 3x3 convolutions (16 channels a group: a thin GEMM, a large copy) ran
+#: on one thread: 32 channels 112x112 -> 56x56 in 1.17-1.27 ms, in 0.76 ms on 2 threads; its stem 0.70-0.76 ms,
+#: then 0.58-0.60 (2 threads of a Zen 4)
+IM2COL_COPY_MACS = 32
+
 #: Winograd runs over bands of tile rows whose work buffers (three per thread) hold about this much each. It
 #: only bounds the memory: narrower bands make the a*a GEMMs thinner, and ResNet-18 ran no faster with bands of
 #: 256 KiB to 2 MiB than with whole images.
@@ -75,6 +82,10 @@ DEPTHWISE_NCHW_PIXELS = 400
 #: 64ch 112x112 1.42/1.19, 144ch 56x56 0.69/0.76, 192ch 28x28 0.30/0.32
 DEPTHWISE_STRIDED_TAPS = 25
 DEPTHWISE_STRIDED_PIXELS = 2000
+#: ... or with this many channels or more. Measured later with ReLU6 fused, on 2 threads (medians of 5 x 20, ms,
+#: im2col / hcw): 3x3 576ch 14x14 0.32/0.25, 240ch 28x28 0.34-0.37/0.31-0.33, 192ch 28x28 0.27/0.26, 144ch 56x56
+#: 0.53-0.61/0.48-0.58; but 72ch 56x56 0.31-0.33/0.37
+DEPTHWISE_STRIDED_CHANNELS = 128
 
 
 @fast("nn.Conv2d")
@@ -122,8 +133,9 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
 
     def _depthwise_rule(self, shape) -> str:
         """At stride 1, depthwise_nchw for outputs of DEPTHWISE_NCHW_PIXELS or more, else depthwise_hcw; strided,
-        depthwise_hcw for kernels of DEPTHWISE_STRIDED_TAPS or more or outputs of DEPTHWISE_STRIDED_PIXELS or
-        more, else im2col. With a channel multiplier, im2col: each of its columns serves the group's k output
+        depthwise_hcw for kernels of DEPTHWISE_STRIDED_TAPS or more, outputs of DEPTHWISE_STRIDED_PIXELS or more
+        or DEPTHWISE_STRIDED_CHANNELS or more, else im2col. With a channel multiplier, im2col: each of its columns
+        serves the group's k output
         channels, where the depthwise variants copy the input k times (72 -> 144 channels, 56x56, ms, im2col / nchw
         / hcw: 0.50/0.53/0.63; 480 -> 960, 7x7: 0.27/0.54/0.26)."""
         if self.out_channels != self.in_channels:
@@ -131,7 +143,8 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         ho, wo = self.output_shapes([shape])[0][-2:]
         if self.stride == (1, 1):
             return depthwise.NCHW if ho * wo >= DEPTHWISE_NCHW_PIXELS else depthwise.HCW
-        if math.prod(self.kernel_size) >= DEPTHWISE_STRIDED_TAPS or ho * wo >= DEPTHWISE_STRIDED_PIXELS:
+        if (math.prod(self.kernel_size) >= DEPTHWISE_STRIDED_TAPS or ho * wo >= DEPTHWISE_STRIDED_PIXELS
+                or self.in_channels >= DEPTHWISE_STRIDED_CHANNELS):
             return depthwise.HCW
         return "im2col"
 
@@ -175,7 +188,8 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
 
     def _im2col_bands(self, n: int, k: int, ho: int, wo: int) -> list:
         """im2col's bands of output rows: columns of at most COLUMN_BYTES, shared evenly over the threads."""
-        return threads.bands(n, ho, max(1, COLUMN_BYTES // (4 * k * wo)), wo, wo * k * self.out_channels // self.groups)
+        return threads.bands(n, ho, max(1, COLUMN_BYTES // (4 * k * wo)), wo,
+                             wo * k * (self.out_channels // self.groups + IM2COL_COPY_MACS))
 
     def _winograd_bands(self, f: Winograd, n: int, c: int, tiles_h: int, tiles_w: int) -> list:
         """Winograd's bands of tile rows: work buffers of about WINOGRAD_BYTES, shared evenly over the threads."""

@@ -216,8 +216,8 @@ def test_rule_by_output_size():
 
 def test_depthwise_rule():
     """Depthwise convolutions of MobileNets and EfficientNets: depthwise_nchw on outputs of 28x28 and larger,
-    depthwise_hcw on smaller ones; strided, depthwise_hcw for 5x5 kernels or outputs of 56x56 and larger, im2col
-    for 3x3 kernels on smaller ones."""
+    depthwise_hcw on smaller ones; strided, depthwise_hcw for 5x5 kernels, outputs of 56x56 and larger or 128
+    channels and more, im2col for 3x3 kernels on fewer channels of smaller outputs."""
     def rule(channels, size, kernel, stride):
         layer = make_fast(dict(in_channels=channels, out_channels=channels, kernel_size=kernel, stride=stride,
                                padding=kernel // 2, groups=channels), (1, channels, size, size))
@@ -226,8 +226,8 @@ def test_depthwise_rule():
         ["depthwise_nchw"] * 3 + ["depthwise_hcw"] * 2
     assert [rule(c, size, k, 1) for c, size, k in [(96, 56, 7), (120, 28, 5), (480, 14, 5), (768, 7, 7)]] == \
         ["depthwise_nchw"] * 2 + ["depthwise_hcw"] * 2
-    assert [rule(c, size, 3, 2) for c, size in [(96, 112), (144, 56), (192, 28), (576, 14)]] == \
-        ["depthwise_hcw"] + ["im2col"] * 3
+    assert [rule(c, size, 3, 2) for c, size in [(96, 112), (144, 56), (192, 28), (576, 14), (72, 56), (127, 14)]] == \
+        ["depthwise_hcw"] * 4 + ["im2col"] * 2
     assert [rule(c, size, 5, 2) for c, size in [(72, 56), (672, 14)]] == ["depthwise_hcw"] * 2
     # with a channel multiplier im2col's columns serve several output channels each: it stays
     multiplier = make_fast(dict(in_channels=8, out_channels=16, kernel_size=3, padding=1, groups=8), (1, 8, 56, 56))

@@ -187,7 +187,9 @@ def expected_fusion(param):
         layer = op.layer
         if layer is None or len(op.output_operands) != 1 or op.output_operand.name in ends:
             continue
-        if isinstance(layer, ElementwiseLayer) and layer.in_place and len(op.input_operands) == 1:
+        # whether an activation works in place is the numpy backend's layer's say (kuiper/cpu/activations.py)
+        overwrites = isinstance(layer, ElementwiseLayer) and (fast_class(op.type) or type(layer)).in_place
+        if overwrites and len(op.input_operands) == 1:
             sources = op.input_operands
         elif isinstance(layer, Expression) and layer.adds_two_inputs:
             sources = [s for s in op.input_operands if s.shape is not None and s.shape == op.output_operand.shape]
