@@ -7,6 +7,7 @@
 // masked (MHA's appended keys). causal keeps column j of row i only for j <= i. A row left with no key
 // (every score -inf) gives zeros with zero_empty_rows (PyTorch's SDPA), else NaN (its plain softmax).
 
+#include "store.h"
 #include "group_reduce.h"
 #include "group_softmax.h"
 
@@ -15,9 +16,9 @@
 #define TRUE_MASKS 2
 
 // One work-group per row, like softmax_rows in softmax.cl; the global size is rows * local size exactly.
-__kernel void attention_softmax(__global float* restrict p, const int rows_per_stack, const int length,
+__kernel void attention_softmax(__global store_t* restrict p, const int rows_per_stack, const int length,
                                 const float scale, const int causal, const int zero_empty_rows,
-                                __global const float* restrict float_mask, __global const uchar* restrict bool_mask,
+                                __global const store_t* restrict float_mask, __global const uchar* restrict bool_mask,
                                 const int mode, const int n1, const int n2, const int s0, const int s1,
                                 const int s2, const int s_row, const int s_col, const int mask_columns,
                                 __local float* scratch) {
@@ -30,19 +31,19 @@ __kernel void attention_softmax(__global float* restrict p, const int rows_per_s
                           (long)i * s_row;
     float m = -INFINITY;
     for (int j = lid; j < length; j += size) {
-        float s = p[start + j] * scale;
+        float s = LOAD(p, start + j) * scale;
         if (causal && j > i) {
             s = -INFINITY;
         }
         if (mode != NO_MASK && j < mask_columns) {
             const long at = mask_row + (long)j * s_col;
             if (mode == ADDED_MASK) {
-                s += float_mask[at];
+                s += LOAD(float_mask, at);
             } else if ((bool_mask[at] != 0) == (mode == TRUE_MASKS)) {
                 s = -INFINITY;
             }
         }
-        p[start + j] = s;
+        STORE(p, start + j, s);
         m = fmax(m, s);
     }
     group_softmax(p, p, start, length, group_reduce(m, scratch, true), zero_empty_rows, scratch);

@@ -2,17 +2,20 @@
 //
 // kuiper/layers/expression.py writes the parsed expression as OpenCL C and passes it in two macros, e.g.
 // for expr=add(mul(@0,@1),2):
-//     -DINPUTS=INPUT(0),INPUT(1)                        the kernel's parameters for the inputs it reads
-//     -DEXPR=fn_add(fn_mul(LOAD(0),LOAD(1)),2.0f)      the value of output element i
+//     -DINPUTS=INPUT(0),INPUT(1)                    the kernel's parameters for the inputs it reads
+//     -DEXPR=fn_add(fn_mul(IN(0),IN(1)),2.0f)      the value of output element i
 // Every function pnnx writes is fn_<name> below, so the generator is a plain rename; the values carry no
 // spaces (build options are split at spaces). One program per distinct expression, whatever the shapes.
+// Inputs and output are stored as cl/store.h says; the formula computes in float either way.
 //
 // Broadcasting: the host merges dims and gives the output's extents `dims` (innermost first, padded with
 // 1s to 8) and, per input, its strides in elements over those dims, 0 where the input is broadcast. Work-item
 // i finds its coordinates over `dims` once; each input's element is then a dot product with its strides.
 
-#define INPUT(k) __global const float* restrict in##k, const int8 st##k
-#define LOAD(k) in##k[offset(c, st##k)]
+#include "store.h"
+
+#define INPUT(k) __global const store_t* restrict in##k, const int8 st##k
+#define IN(k) LOAD(in##k, offset(c, st##k))
 
 // ---- the functions, in float32 with numpy's (and PyTorch's) semantics ------------------------------------
 float fn_neg(float a) { return -a; }
@@ -121,11 +124,11 @@ int offset(const int8 c, const int8 strides) {
 }
 
 // ndim: how many of the 8 dims are left after merging
-__kernel void expression(__global float* restrict out, const int n, const int ndim, const int8 dims, INPUTS) {
+__kernel void expression(__global store_t* restrict out, const int n, const int ndim, const int8 dims, INPUTS) {
     const int i = get_global_id(0);
     if (i >= n) {
         return;
     }
     const int8 c = coordinates(i, dims, ndim);
-    out[i] = EXPR;
+    STORE(out, i, EXPR);
 }

@@ -5,13 +5,14 @@
 // (groups = inner = 1) that is j, one value per normalised element; for GroupNorm, whose row is one group
 // of channels of one sample, it is the element's channel (inner = pixels per channel).
 
+#include "store.h"
 #include "group_reduce.h"
 
 // One work-group per row: the group strides through the row together (unit-stride loads), and combines its
 // partial sums in local memory. Two passes compute the variance around the mean, as numpy and PyTorch do:
 // the one-pass formula E[x^2] - E[x]^2 loses every digit when the mean is large against the spread.
-__kernel void norm_rows(__global float* restrict y, __global const float* restrict x,
-                        __global const float* restrict weight, __global const float* restrict bias,
+__kernel void norm_rows(__global store_t* restrict y, __global const store_t* restrict x,
+                        __global const store_t* restrict weight, __global const store_t* restrict bias,
                         const int has_weight, const int has_bias, const int length, const int groups,
                         const int inner, const float eps, __local float* scratch) {
     const int lid = get_local_id(0);
@@ -20,21 +21,21 @@ __kernel void norm_rows(__global float* restrict y, __global const float* restri
     const long start = (long)row * length;
     float sum = 0.0f;
     for (int j = lid; j < length; j += size) {
-        sum += x[start + j];
+        sum += LOAD(x, start + j);
     }
     const float mean = group_reduce(sum, scratch, false) / length;
     float squares = 0.0f;
     for (int j = lid; j < length; j += size) {
-        const float d = x[start + j] - mean;
+        const float d = LOAD(x, start + j) - mean;
         squares += d * d;
     }
     const float scale = 1.0f / sqrt(group_reduce(squares, scratch, false) / length + eps);
     const int first = (row % groups) * length;
     for (int j = lid; j < length; j += size) {
         const int c = (first + j) / inner;
-        float v = (x[start + j] - mean) * scale;
-        if (has_weight) v *= weight[c];
-        if (has_bias) v += bias[c];
-        y[start + j] = v;
+        float v = (LOAD(x, start + j) - mean) * scale;
+        if (has_weight) v *= LOAD(weight, c);
+        if (has_bias) v += LOAD(bias, c);
+        STORE(y, start + j, v);
     }
 }

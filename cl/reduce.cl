@@ -6,6 +6,7 @@
 // of a sum (EXTREME): the smallest |v| is minus the largest -|v|.
 
 #include "group_reduce.h"
+#include "store.h"
 
 #ifndef NORM
 #define TERM(v) (v)
@@ -61,7 +62,7 @@ void accumulate(float* best, float* unused, const float v) {
 // dims. The two kinds alternate, so an input of up to 8 dims leaves at most 4 of each: extents and strides
 // (in elements of the input) come as int4, innermost first, padded with extent 1. Consecutive work-items
 // are consecutive outputs: their loads are unit-stride when the innermost dim is kept.
-__kernel void reduce_lines(__global float* restrict y, __global const float* restrict x, const int n,
+__kernel void reduce_lines(__global store_t* restrict y, __global const store_t* restrict x, const int n,
                            const int4 kept, const int4 kept_strides, const int4 reduced,
                            const int4 reduced_strides, const float divisor) {
     const int i = get_global_id(0);
@@ -83,28 +84,28 @@ __kernel void reduce_lines(__global float* restrict y, __global const float* res
             for (int c = 0; c < reduced.s1; ++c) {
                 const int row = start + a * reduced_strides.s3 + b * reduced_strides.s2 + c * reduced_strides.s1;
                 for (int d = 0; d < reduced.s0; ++d) {
-                    accumulate(&sum, &lost, TERM(x[row + d * reduced_strides.s0]));
+                    accumulate(&sum, &lost, TERM(LOAD(x, row + d * reduced_strides.s0)));
                 }
             }
         }
     }
-    y[i] = RESULT(sum, lost) / divisor;
+    STORE(y, i, RESULT(sum, lost) / divisor);
 }
 
 // One work-group per output whose reduced elements are one contiguous row (the reduced dims innermost: a
 // mean over H and W), for GPUs: the group strides through the row together, so its loads are unit-stride,
 // and adds up its partial sums in local memory. The global size is outputs * local size exactly. Not for
 // EXTREME (group_reduce's fmax would drop a NaN).
-__kernel void reduce_rows(__global float* restrict y, __global const float* restrict x, const int length,
+__kernel void reduce_rows(__global store_t* restrict y, __global const store_t* restrict x, const int length,
                           const float divisor, __local float* scratch) {
     const int lid = get_local_id(0);
     const int start = get_group_id(0) * length;
     float sum = 0.0f, lost = 0.0f;
     for (int j = lid; j < length; j += get_local_size(0)) {
-        add_compensated(&sum, &lost, TERM(x[start + j]));
+        add_compensated(&sum, &lost, TERM(LOAD(x, start + j)));
     }
     sum = group_reduce(compensated(sum, lost), scratch, false);
     if (lid == 0) {
-        y[get_group_id(0)] = FINISH(sum) / divisor;
+        STORE(y, get_group_id(0), FINISH(sum) / divisor);
     }
 }

@@ -2,6 +2,8 @@
 // array, so consecutive work-items write consecutive elements. Each work-item computes its taps along H and W
 // in float32 exactly as the numpy path's plans do; `scale_h`/`scale_w` are the host's source_scale.
 
+#include "store.h"
+
 // Products and sums rounded one by one, as numpy computes them (no fused multiply-add).
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -20,7 +22,7 @@ int nearest_source(int o, int in_size, int out_size, float scale, int exact) {
     return min((int)floor((float)o * scale), in_size - 1);
 }
 
-__kernel void resize_nearest(__global float* restrict y, __global const float* restrict x, const int n,
+__kernel void resize_nearest(__global store_t* restrict y, __global const store_t* restrict x, const int n,
                              const int in_h, const int in_w, const int out_h, const int out_w,
                              const float scale_h, const float scale_w, const int exact) {
     const int i = get_global_id(0);
@@ -28,7 +30,7 @@ __kernel void resize_nearest(__global float* restrict y, __global const float* r
     const int3 p = output_position(i, out_h, out_w);
     const int h = nearest_source(p.y, in_h, out_h, scale_h, exact);
     const int w = nearest_source(p.x, in_w, out_w, scale_w, exact);
-    y[i] = x[(p.z * in_h + h) * in_w + w];
+    STORE(y, i, LOAD(x, (p.z * in_h + h) * in_w + w));
 }
 
 // ---- interpolation: a few taps per axis (input position, weight) ------------------------------------------
@@ -46,12 +48,12 @@ int floor_and_fraction(float real, int in_size, float* fraction) {
 
 // out = sum over column taps c of col_weight[c] * (sum over row taps r of row_weight[r] * plane[row[r], col[c]]):
 // rows first, in tap order, as the numpy path resamples H and then W.
-float separable_sum(const __global float* plane, int in_w, int taps, const int* row, const float* row_weight,
+float separable_sum(const __global store_t* plane, int in_w, int taps, const int* row, const float* row_weight,
                     const int* col, const float* col_weight) {
     float sum = 0.0f;
     for (int c = 0; c < taps; ++c) {
         float column = 0.0f;
-        for (int r = 0; r < taps; ++r) column += plane[row[r] * in_w + col[c]] * row_weight[r];
+        for (int r = 0; r < taps; ++r) column += LOAD(plane, row[r] * in_w + col[c]) * row_weight[r];
         sum += column * col_weight[c];
     }
     return sum;
@@ -71,7 +73,7 @@ void linear_taps(int o, int in_size, int out_size, float scale, int align_corner
     weight[1] = fraction;
 }
 
-__kernel void resize_bilinear(__global float* restrict y, __global const float* restrict x, const int n,
+__kernel void resize_bilinear(__global store_t* restrict y, __global const store_t* restrict x, const int n,
                               const int in_h, const int in_w, const int out_h, const int out_w,
                               const float scale_h, const float scale_w, const int align_corners) {
     const int i = get_global_id(0);
@@ -81,7 +83,7 @@ __kernel void resize_bilinear(__global float* restrict y, __global const float* 
     float row_weight[2], col_weight[2];
     linear_taps(p.y, in_h, out_h, scale_h, align_corners, row, row_weight);
     linear_taps(p.x, in_w, out_w, scale_w, align_corners, col, col_weight);
-    y[i] = separable_sum(x + p.z * in_h * in_w, in_w, 2, row, row_weight, col, col_weight);
+    STORE(y, i, separable_sum(x + p.z * in_h * in_w, in_w, 2, row, row_weight, col, col_weight));
 }
 
 // The cubic convolution kernel at distance d: d < 1 (the inner taps) and 1 <= d < 2 (the outer ones).
@@ -99,7 +101,7 @@ void cubic_taps(int o, int in_size, float scale, int align_corners, int* index, 
     weight[3] = cubic_outer(2.0f - t);
 }
 
-__kernel void resize_bicubic(__global float* restrict y, __global const float* restrict x, const int n,
+__kernel void resize_bicubic(__global store_t* restrict y, __global const store_t* restrict x, const int n,
                              const int in_h, const int in_w, const int out_h, const int out_w,
                              const float scale_h, const float scale_w, const int align_corners) {
     const int i = get_global_id(0);
@@ -109,5 +111,5 @@ __kernel void resize_bicubic(__global float* restrict y, __global const float* r
     float row_weight[4], col_weight[4];
     cubic_taps(p.y, in_h, scale_h, align_corners, row, row_weight);
     cubic_taps(p.x, in_w, scale_w, align_corners, col, col_weight);
-    y[i] = separable_sum(x + p.z * in_h * in_w, in_w, 4, row, row_weight, col, col_weight);
+    STORE(y, i, separable_sum(x + p.z * in_h * in_w, in_w, 4, row, row_weight, col, col_weight));
 }

@@ -4,11 +4,12 @@
 
 #include "group_reduce.h"
 #include "group_softmax.h"
+#include "store.h"
 
 // One work-item per line (o, k), walking it three times. Consecutive work-items take consecutive k, so
 // their loads are unit-stride whenever inner > 1; with inner == 1 each walks its own row, which suits a
 // CPU core. n = outer * inner.
-__kernel void softmax_lines(__global float* restrict y, __global const float* restrict x, const int n,
+__kernel void softmax_lines(__global store_t* restrict y, __global const store_t* restrict x, const int n,
                             const int length, const int inner) {
     const int i = get_global_id(0);
     if (i >= n) {
@@ -18,30 +19,30 @@ __kernel void softmax_lines(__global float* restrict y, __global const float* re
     const int start = o * length * inner + (i - o * inner);
     float m = -INFINITY;
     for (int j = 0; j < length; ++j) {
-        m = fmax(m, x[start + j * inner]);
+        m = fmax(m, LOAD(x, start + j * inner));
     }
     float sum = 0.0f;
     for (int j = 0; j < length; ++j) {
-        const float e = exp(x[start + j * inner] - m);
-        y[start + j * inner] = e;
+        const float e = exp(LOAD(x, start + j * inner) - m);
+        STORE(y, start + j * inner, e);
         sum += e;
     }
     for (int j = 0; j < length; ++j) {
-        y[start + j * inner] /= sum;
+        STORE(y, start + j * inner, LOAD(y, start + j * inner) / sum);
     }
 }
 
 // One work-group per contiguous row (inner == 1), for GPUs: the group strides through the row together,
 // so its loads are unit-stride, and combines its partial max and sum in local memory. The global size is
 // rows * local size exactly: every group has a row.
-__kernel void softmax_rows(__global float* restrict y, __global const float* restrict x, const int length,
+__kernel void softmax_rows(__global store_t* restrict y, __global const store_t* restrict x, const int length,
                            __local float* scratch) {
     const int lid = get_local_id(0);
     const int size = get_local_size(0);
     const int start = get_group_id(0) * length;
     float m = -INFINITY;
     for (int j = lid; j < length; j += size) {
-        m = fmax(m, x[start + j]);
+        m = fmax(m, LOAD(x, start + j));
     }
     group_softmax(y, x, start, length, group_reduce(m, scratch, true), false, scratch);
 }

@@ -9,6 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
+# precision="fp16" (half storage, float arithmetic): what a layer may be off by, relative to its largest output.
+# A stored value carries a relative rounding of at most 2^-11 (4.9e-4); inputs, weights and the output are each
+# rounded once, and sums of many such terms add up to a few of these.
+FP16_RTOL = 5e-3
 
 
 def load_manifest() -> dict:
@@ -110,17 +114,40 @@ def cl_runtime(request):
     return get_runtime(request.param)
 
 
+def assert_outputs_close(got, expected, rtol, where=""):
+    """Each output has the expected shape and dtype, and is within rtol of it, relative to its largest value."""
+    assert len(got) == len(expected), where
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.dtype == e.dtype, where
+        scale = max(1.0, float(np.abs(e).max())) if e.size else 1.0
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale, err_msg=where)
+
+
+def fits_half(inputs) -> bool:
+    """Whether every finite float input is within half's range (65504): beyond it, half storage rounds it to
+    infinity, which is what fp16 means and not a kernel's error."""
+    limit = float(np.finfo(np.float16).max)
+    return all(not np.any(np.abs(x[np.isfinite(x)]) > limit) for x in map(np.asarray, inputs) if x.dtype.kind == "f")
+
+
+def fp16_twin(rt, inputs=()):
+    """The fp16 view of the first device's fp32 runtime, else None: half storage changes no kernel, only how
+    tensors are stored, so one device checks it, on inputs half can hold."""
+    from kuiper.opencl import get_runtime
+
+    first = get_runtime(OPENCL_DEVICES[0]) if OPENCL_DEVICES else None
+    return rt.at_precision("fp16") if rt is first and fits_half(inputs) else None
+
+
 def assert_opencl_matches_numpy(layer, rt, *inputs, rtol=1e-4, variant=None):
     """The ncnn-style check: the layer's OpenCL forward (with `variant`, else the one its rule picks) equals
-    its numpy forward on the same inputs."""
+    its numpy forward on the same inputs; on the first device also with half storage, within FP16_RTOL."""
     assert layer.supports_opencl, f"{type(layer).__name__} has no OpenCL forward"
     expected = layer.run_numpy(*inputs)
-    got = layer.run_opencl(rt, *inputs, variant=variant)
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        assert g.shape == e.shape and g.dtype == e.dtype
-        scale = max(1.0, float(np.abs(e).max())) if e.size else 1.0
-        np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale)
+    assert_outputs_close(layer.run_opencl(rt, *inputs, variant=variant), expected, rtol)
+    half = fp16_twin(rt, inputs)
+    if half is not None:
+        assert_outputs_close(layer.run_opencl(half, *inputs, variant=variant), expected, max(rtol, FP16_RTOL), "fp16")
 
 
 def assert_every_variant_matches_numpy(layer, rt, *inputs, rtol=1e-4) -> list:
@@ -149,13 +176,6 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
     reference = make_layer(type, **options)
     expected = reference.run_numpy(*inputs)
 
-    def same(got, where):
-        assert len(got) == len(expected), where
-        for g, e in zip(got, expected):
-            assert g.shape == e.shape and g.dtype == e.dtype, where
-            scale = max(1.0, float(np.abs(e).max())) if e.size else 1.0
-            np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale, err_msg=where)
-
     checked = []
     if fast_class(type) is not None:
         fast = make_layer(type, fast=True, **options)
@@ -168,11 +188,17 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
                 cpu_threads.set_num_threads(count)
                 try:
                     with cpu_threads.active():
-                        same(fast.run_numpy(*inputs), f"{type} fast variant {name} on {count} thread(s)")
+                        assert_outputs_close(fast.run_numpy(*inputs), expected, rtol,
+                                             f"{type} fast variant {name} on {count} thread(s)")
                 finally:
                     cpu_threads.set_num_threads(None)
             checked.append(name or "forward_numpy")
     if reference.supports_opencl:
         for spec in OPENCL_DEVICES:
-            same(reference.run_opencl(get_runtime(spec), *inputs), f"{type} OpenCL on {spec}")
+            assert_outputs_close(reference.run_opencl(get_runtime(spec), *inputs), expected, rtol,
+                                 f"{type} OpenCL on {spec}")
+        if OPENCL_DEVICES and fits_half(inputs):
+            half = get_runtime(OPENCL_DEVICES[0]).at_precision("fp16")
+            assert_outputs_close(reference.run_opencl(half, *inputs), expected, max(rtol, FP16_RTOL),
+                                 f"{type} OpenCL fp16 on {OPENCL_DEVICES[0]}")
     return checked

@@ -7,6 +7,9 @@ OpenCL   the kernel is compiled with the config's options, the parameter defines
          its own small table of (kernel, work sizes) per signature so that a forward does no more than a
          dictionary lookup. When the .param file records the input shapes, build() compiles for them, so
          a kernel that does not compile fails the build, not the first forward.
+         With precision fp16 float tensors and weights are stored as half: the kernel must declare them
+         store_t* and read and write them with LOAD/STORE (cl/store.h); one that declares float* is refused.
+         The defines describe the graph's tensors (INPUT0_TYPE=float) whatever the precision.
 """
 
 from __future__ import annotations
@@ -151,6 +154,7 @@ class CustomLayer(Layer):
 
     # ---- OpenCL -----------------------------------------------------------------------------------
     def build_opencl(self, rt):
+        self._launches = {}  # compiled for the runtime it was built for
         self.device_weights = {arg.target: rt.upload(self.weights[arg.target])
                                for arg in self.config.args if arg.kind == "weight"}
         operands = self.op.input_operands
@@ -176,12 +180,13 @@ class CustomLayer(Layer):
         if entry not in names:
             raise self.config.error("kernel.entry", f"{path.name} has no kernel '{entry}' (it has {', '.join(names)})")
         kernel = rt.kernel(path, entry, options)
-        self._check_arguments(kernel)
+        self._check_arguments(kernel, rt)
         return kernel
 
-    def _check_arguments(self, kernel) -> None:
+    def _check_arguments(self, kernel, rt) -> None:
         """Each binding must fit the argument's declared type: tensors and weights go to pointers,
-        params to scalars of their kind. pyopencl would otherwise fail at launch, naming no config."""
+        params to scalars of their kind. pyopencl would otherwise fail at launch, naming no config. With
+        half storage a float* buffer would read half bits as floats: it must be store_t*."""
         import pyopencl as cl
 
         count = kernel.get_info(cl.kernel_info.NUM_ARGS)
@@ -199,9 +204,15 @@ class CustomLayer(Layer):
             if not fits:
                 raise self.config.error(arg.key, f"binds {arg.kind} {arg.target!r} (a {wanted}) to argument "
                                         f"{arg.index}, which the kernel declares as '{declared}'")
+            if wanted == "buffer" and declared.startswith("float") and rt.storage != np.float32:
+                raise self.config_error(arg.key, f"binds {arg.kind} {arg.target!r} to argument {arg.index}, which "
+                                        f"kernel '{self.config.entry}' declares as '{declared}': with precision "
+                                        f"{rt.precision} float tensors are stored as half; declare it store_t* and "
+                                        f"read and write it with LOAD/STORE (#include \"store.h\")")
 
     def forward_opencl(self, q, inputs, outputs):
-        kernel, global_size, local_size = self._launch(q.runtime, tuple((t.shape, t.dtype) for t in inputs))
+        rt = q.runtime
+        kernel, global_size, local_size = self._launch(rt, tuple((t.shape, rt.computed(t.dtype)) for t in inputs))
         values = []
         for arg in self.config.args:
             if arg.kind == "input":

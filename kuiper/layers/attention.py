@@ -97,7 +97,9 @@ class DeviceBuffers:
     def get(self, name: str, count: int) -> DeviceTensor:
         tensor = self._tensors.get(name)
         if tensor is None or tensor.size < count:
-            tensor = self._tensors[name] = DeviceTensor(self.rt, self.rt.allocate(4 * count), (count,))
+            dtype = self.rt.stored(np.float32)  # stored at the runtime's precision, as the kernels read it
+            buffer = self.rt.allocate(dtype.itemsize * count)
+            tensor = self._tensors[name] = DeviceTensor(self.rt, buffer, (count,), dtype)
         return tensor
 
 
@@ -353,7 +355,7 @@ class MultiheadAttention(Attention):
     def build_opencl(self, rt):
         super().build_opencl(rt)
         self.cl_projections = [(rt.upload(w), None if b is None else rt.upload(b)) for w, b in self.projections]
-        self.cl_extras = [None if e is None else DeviceTensor(rt, rt.upload(e), e.shape)
+        self.cl_extras = [None if e is None else DeviceTensor(rt, rt.upload(e), e.shape, rt.stored(e.dtype))
                           for e in (self.extra_k, self.extra_v)]
         self.cl_mean = rt.upload(np.full(self.num_heads, 1 / self.num_heads, np.float32))
 

@@ -245,5 +245,5 @@ class Layer:
         q.begin(self.op, ())
         self.forward_opencl(q, device_in, device_out)
         q.finish()
-        return [rt.loaded(t.numpy()) for t in device_out]
+        return [t.numpy().astype(d, copy=False) for t, d in zip(device_out, dtypes)]  # float32 again if stored as fp16
 

@@ -17,7 +17,7 @@ The numpy backend runs the same program block by block over kuiper's threads whe
 
 On OpenCL the tree is written as one OpenCL C expression instead, compiled into cl/expression.cl:
 
-    add(mul(@0,@1),2)    ->   -DEXPR=fn_add(fn_mul(LOAD(0),LOAD(1)),2.0f)
+    add(mul(@0,@1),2)    ->   -DEXPR=fn_add(fn_mul(IN(0),IN(1)),2.0f)
 
 so each work-item evaluates the whole formula for one output element, with no intermediate arrays. A
 constant expression (no inputs) is computed once at build and copied, like a pnnx.Attribute.
@@ -184,7 +184,7 @@ class Expression(Layer):
 
     def build_opencl(self, rt):
         if not self.operands:
-            self.cl_constant = rt.upload(self.run_numpy()[0])
+            self.cl_constant = rt.upload(kept_nonzero(self.run_numpy()[0], rt.stored(np.float32)))
             return
         inputs = ",".join(f"INPUT({i})" for i in self.operands)
         self.cl_kernel = rt.kernel("expression.cl", "expression",
@@ -205,11 +205,21 @@ class Expression(Layer):
               out.buffer, np.int32(out.size), np.int32(ndim), dims, *pairs)
 
 
+def kept_nonzero(value: np.ndarray, storage: np.dtype) -> np.ndarray:
+    """A float32 constant to upload at `storage`: as it is, but a nonzero value too small for `storage` becomes
+    the least value that stores, with its sign, where rounding would give 0. Such constants are epsilons that
+    must not vanish: swin_v2's F.normalize divides by clamp_min(norm, 1e-12), in half 0 / 0 for a zero row."""
+    if value.dtype != np.float32 or storage == value.dtype:
+        return value
+    least = np.finfo(storage).smallest_subnormal
+    return np.where((value != 0) & (np.abs(value) < least), np.copysign(least, value), value).astype(value.dtype)
+
+
 def opencl_expression(tree) -> str:
-    """The tree as OpenCL C over cl/expression.cl's LOAD(k) and fn_<name>, without spaces (it travels as a
-    -D build option): add(mul(@0,@1),2) -> fn_add(fn_mul(LOAD(0),LOAD(1)),2.0f)."""
+    """The tree as OpenCL C over cl/expression.cl's IN(k) and fn_<name>, without spaces (it travels as a
+    -D build option): add(mul(@0,@1),2) -> fn_add(fn_mul(IN(0),IN(1)),2.0f)."""
     if isinstance(tree, Operand):
-        return f"LOAD({tree.index})"
+        return f"IN({tree.index})"
     if isinstance(tree, Literal):
         # the float32 numpy computes with, written shortest so that it reads back as that very float32
         value = np.float32(tree.value)

@@ -119,7 +119,7 @@ class Pad(Layer):
         self.rt, self.kernels = rt, {}
         if self.mode == "constant":
             self.copier = StridedCopy(rt)
-        self.kernel(4)
+        self.kernel(rt.stored(np.float32).itemsize)  # float32's, at the runtime's precision: what graphs carry
 
     def kernel(self, itemsize: int):
         """cl/pad.cl for elements of `itemsize` bytes: `fill` for constant padding, `pad` for the other modes."""
@@ -138,7 +138,8 @@ class Pad(Layer):
         pairs = self.amounts(x.shape)
         if self.mode == "constant":
             if any(before > 0 or after > 0 for before, after in pairs):  # some of the output is not input
-                bits = np.array(self.value, dtype=x.dtype).view(f"u{x.dtype.itemsize}").item()
+                with np.errstate(over="ignore"):  # past half's range the value is stored as ±inf, as any result is
+                    bits = np.array(self.value, dtype=x.dtype).view(f"u{x.dtype.itemsize}").item()
                 q.run(kernel, (round_up(out.size, 256),), None, out.buffer, bits, out.size)
             kept, place = self.placement(x.shape)
             self.copier(q, tuple(part.stop - part.start for part in kept), sliced(out, place), sliced(x, kept))

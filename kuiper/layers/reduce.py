@@ -242,6 +242,6 @@ class Normalize(Layer):
     def forward_opencl(self, q, inputs, outputs):
         if not outputs[0].size:  # OpenCL refuses an empty range
             return
-        norm = self.norms.tensor(self.norm.output_shapes([inputs[0].shape])[0], np.float32)
+        norm = self.norms.tensor(self.norm.output_shapes([inputs[0].shape])[0], inputs[0].dtype)
         self.norm.forward_opencl(q, inputs, [norm])
         self.divide.forward_opencl(q, [inputs[0], norm], outputs)

@@ -87,13 +87,13 @@ def sliced(tensor, index: tuple) -> View:
 
 
 class StridedCopy:
-    """cl/copy.cl on one runtime. The program for 4-byte elements (float32, what graphs carry) is built
-    with the layer; other element sizes are built when first met."""
+    """cl/copy.cl on one runtime. The program for float32 elements (what graphs carry, stored at the runtime's
+    precision) is built with the layer; other element sizes are built when first met."""
 
     def __init__(self, rt):
         self.rt = rt
         self._kernels = {}
-        self.kernel(4)
+        self.kernel(rt.stored(np.float32).itemsize)
 
     def kernel(self, itemsize: int):
         kernel = self._kernels.get(itemsize)

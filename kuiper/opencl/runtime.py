@@ -59,7 +59,7 @@ class OpenCLRuntime:
     def __init__(self, device):
         cl = _cl()
         self.device = device
-        self.is_cpu = is_cpu(device)
+        self._shared = {"is_cpu": is_cpu(device)}  # with the precision views (at_precision)
         self.context = cl.Context([device])
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.context, properties=profiling)
@@ -70,6 +70,15 @@ class OpenCLRuntime:
         self._kernels = {}
         self._views = {"fp32": self}
         self.pool = BufferPool(self)
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether the device is a CPU (layers launch differently there); shared with the precision views."""
+        return self._shared["is_cpu"]
+
+    @is_cpu.setter
+    def is_cpu(self, value: bool) -> None:
+        self._shared["is_cpu"] = value
 
     @property
     def programs_built(self) -> int:

@@ -1,6 +1,8 @@
 """The OpenCL executor (the interface: kuiper/runtime/executor.py): weights uploaded and kernels built once,
 buffers from the device's pool, every operator enqueued without waiting, one upload per input and one download
-per output. Operators whose layer has no OpenCL forward run on numpy with explicit transfers."""
+per output. Operators whose layer has no OpenCL forward run on numpy with explicit transfers. With
+precision="fp16" the inputs cross as float32 into a staging buffer and a kernel stores them as half on the
+device (cl/convert.cl), and the outputs come back the same way."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import warnings
 
 from kuiper.errors import KuiperWarning
 from kuiper.layers.registry import layer_class
-from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime
+from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
+from kuiper.opencl.gemm import Scratch
 from kuiper.opencl.tuning import MEASURE, TuningCache, choose
 from kuiper.runtime.planner import reuse_waits
 
@@ -28,12 +31,14 @@ class OpenCLExecutor:
         self.runtime = None
         self.host_fallbacks = []  # operators with no OpenCL forward
         self.enqueuer = None
+        self.staging = {}  # graph input or output name -> its float32 buffer where it is stored otherwise
 
     def make_layer(self, op):
         return layer_class(op.type, op.name)(op)
 
     def build(self, order: list) -> None:
-        self.runtime = get_runtime(self.spec).at_precision(self.precision)
+        self.runtime = rt = get_runtime(self.spec).at_precision(self.precision)
+        self.cl_convert = {name: rt.kernel("convert.cl", name) for name in ("to_storage", "from_storage")}
         self.tuning_cache = TuningCache() if self.tuning == MEASURE else None
         self.host_fallbacks = []
         for op in order:
@@ -65,12 +70,18 @@ class OpenCLExecutor:
     @contextlib.contextmanager
     def forward(self, plan):
         self.enqueuer = Enqueuer(self.runtime, levels=self.schedule == "levels")
+        self.plan = plan
         yield
 
     def feed(self, op, array, plan) -> DeviceTensor:
         tensor = plan.tensors[op.output_operand.name]
         self.enqueuer.begin(op, ())
-        self.enqueuer.write(tensor.buffer, array.astype(tensor.dtype, copy=False))  # the one upload of this input
+        if tensor.dtype == array.dtype:
+            self.enqueuer.write(tensor.buffer, array)  # the one upload of this input
+        else:
+            staging = self._staging(op.output_operand.name, array.nbytes)
+            self.enqueuer.write(staging, array)
+            self._convert("to_storage", tensor.buffer, staging, tensor.size)
         return tensor
 
     def output(self, operand, plan) -> DeviceTensor:
@@ -85,7 +96,24 @@ class OpenCLExecutor:
 
     def results(self, operands: list) -> list:
         self.enqueuer.finish()
-        return [self.runtime.loaded(operand.tensor.numpy()) for operand in operands]  # one download per output
+        downloads = []  # the one download of each output, in the graph's dtype
+        for operand in operands:
+            tensor, dtype = operand.tensor, self.plan.dtypes[operand.name]
+            if tensor.dtype != dtype:
+                staging = self._staging(operand.name, tensor.size * dtype.itemsize)
+                self._convert("from_storage", staging, tensor.buffer, tensor.size)
+                tensor = DeviceTensor(self.runtime, staging, tensor.shape, dtype)
+            downloads.append(tensor)
+        self.enqueuer.finish()
+        return [tensor.numpy() for tensor in downloads]
+
+    def _staging(self, name: str, nbytes: int):
+        scratch = self.staging.get(name) or self.staging.setdefault(name, Scratch(self.runtime))
+        return scratch.fit(nbytes)
+
+    def _convert(self, name: str, dest, src, count: int) -> None:
+        if count:
+            self.enqueuer.run(self.cl_convert[name], (round_up(count, 256),), None, dest, src, count)
 
     def device_seconds(self, op):
         return self.enqueuer.kernel_seconds(op.name)

@@ -36,9 +36,12 @@ offset = { type = "float", default = 0.0 }
 global = ["N*C*H*W"]
 """
 
-KERNEL = """__kernel void scale(__global float* y, __global const float* x, const float alpha) {
+# store_t and LOAD/STORE (cl/store.h): the tensors' storage at either precision, float arithmetic
+KERNEL = """#include "store.h"
+
+__kernel void scale(__global store_t* y, __global const store_t* x, const float alpha) {
     const int i = get_global_id(0);
-    y[i] = x[i] * alpha + OFFSET;
+    STORE(y, i, LOAD(x, i) * alpha + OFFSET);
 }
 """
 

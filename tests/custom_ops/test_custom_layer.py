@@ -7,7 +7,7 @@ import pytest
 from kuiper import CustomOpError, ShapeError
 from kuiper.custom import CustomLayer, read_config
 from kuiper.runtime.operators import make_operator
-from conftest import assert_opencl_matches_numpy
+from conftest import assert_opencl_matches_numpy, assert_outputs_close, fp16_twin
 from custom_op_files import KERNEL, LEAKY_CLAMP, edited, sample, scale_layer, write_op
 
 
@@ -92,8 +92,9 @@ def test_opencl_matches_the_reference_at_every_shape(cl_runtime, tmp_path):
     layer = scale_layer(write_op(tmp_path), params={"alpha": -1.5, "offset": 0.25})
     built = cl_runtime.programs_built
     for shape in ((2, 3, 4, 5), (1, 7), (5,), (1, 7)):
-        assert_opencl_matches_numpy(layer, cl_runtime, sample(shape))
-    assert cl_runtime.programs_built == built + 3  # one program per shape signature (the kernel file is new)
+        assert_opencl_matches_numpy(layer, cl_runtime, sample(shape))  # with half storage too on one device
+    precisions = 1 if fp16_twin(cl_runtime) is None else 2
+    assert cl_runtime.programs_built == built + 3 * precisions  # one program per shape signature and precision
 
 
 def test_leaky_clamp_kernel_matches_its_reference_with_a_slope(cl_runtime):
@@ -138,6 +139,29 @@ def test_argument_kinds_must_match_the_kernel(cl_runtime, tmp_path):
         scale_layer(path).build_opencl(cl_runtime)
 
 
+# the scale kernel as written before half storage: float buffers
+FLOAT_KERNEL = """__kernel void scale(__global float* y, __global const float* x, const float alpha) {
+    const int i = get_global_id(0);
+    y[i] = x[i] * alpha + OFFSET;
+}
+"""
+
+
+def test_float_buffers_run_with_fp32_storage_and_are_refused_with_half(cl_runtime, tmp_path):
+    path = write_op(tmp_path, kernel=FLOAT_KERNEL)
+    layer, x = scale_layer(path, params={"alpha": 0.5}), sample()
+    assert_outputs_close(layer.run_opencl(cl_runtime, x), layer.run_numpy(x), 1e-6)
+    half = fp16_twin(cl_runtime)  # the first device
+    if half is None:
+        return
+    with pytest.raises(CustomOpError) as info:
+        layer.build_opencl(half)
+    assert str(info.value) == (
+        f"{path}: args[0]: test.Scale operator 'op' binds output 0 to argument 0, which kernel 'scale' declares as "
+        f"'float*': with precision fp16 float tensors are stored as half; declare it store_t* and read and write it "
+        f"with LOAD/STORE (#include \"store.h\")")
+
+
 DEFINES_CONFIG = """type = "test.Defines"
 args = [{ index = 0, output = 0 }, { index = 1, input = 1 }]
 
@@ -159,7 +183,9 @@ shape = ["5", "5"]
 tensor = "input0"
 """
 
-DEFINES_KERNEL = """__kernel void defines(__global float* y, __global const float* unused) {
+DEFINES_KERNEL = """#include "store.h"
+
+__kernel void defines(__global store_t* y, __global const store_t* unused) {
     if (get_global_id(0) || get_global_id(1)) return;
     const int dims[] = INPUT1_DIMS, pitches[] = INPUT1_PITCHES, pads[] = PADS;
     const int gws[] = GLOBAL_WORKSIZE, lws[] = LOCAL_WORKSIZE;
@@ -169,8 +195,7 @@ DEFINES_KERNEL = """__kernel void defines(__global float* y, __global const floa
         INPUT0_SIZE, INPUT1_SIZE, OUTPUT0_SIZE, OUTPUT0_RANK, OUTPUT0_DIMS_C,
         pitches[0], INPUT1_PITCH_C, INPUT1_PITCH_H, INPUT1_PITCH_W, pitches[3],
         NUM_INPUTS, NUM_OUTPUTS, gws[0], gws[1], lws[0] * 10 + lws[1] };
-    for (int i = 0; i < OUTPUT0_SIZE; ++i) y[i] = values[i];
-    y[0] += sizeof(INPUT0_TYPE) == 4 ? 0 : 100;
+    for (int i = 0; i < OUTPUT0_SIZE; ++i) STORE(y, i, values[i] + (i == 0 && sizeof(INPUT0_TYPE) != 4 ? 100 : 0));
 }
 """
 
@@ -181,11 +206,14 @@ def test_automatic_defines_reach_the_kernel(cl_runtime, tmp_path):
     op = make_operator("test.Defines", params={"eps": 1e-5}, input_shapes=((2, 3, 4, 5), (6, 7, 8)))
     layer = CustomLayer(op, read_config(tmp_path / "defines.toml"))
     assert layer.param_options == ["-DPADS={1,2,3}", "-DPADS_LEN=3", "-DEPS=1e-05f"]
-    (y,) = layer.run_opencl(cl_runtime, np.zeros((2, 3, 4, 5), np.float32), np.zeros((6, 7, 8), np.float32))
-    assert y.shape == (5, 5)
-    np.testing.assert_array_equal(y.ravel(), [
-        2, 3, 4, 5, 4,          # input0: N C H W, rank
-        6, 7, 8, 1, 3,          # input1 as NCHW: a missing W is 1
-        120, 336, 25, 2, 5,     # sizes, output rank, output C
-        56, 8, 1, 1, 1,         # input1's pitches
-        2, 1, 4, 2, 21])        # counts, global and local work sizes
+    # the same with half storage (every value is a small integer, exact in half): INPUT0_TYPE stays float, the
+    # type the graph computes in
+    for rt in filter(None, (cl_runtime, fp16_twin(cl_runtime))):
+        (y,) = layer.run_opencl(rt, np.zeros((2, 3, 4, 5), np.float32), np.zeros((6, 7, 8), np.float32))
+        assert y.shape == (5, 5)
+        np.testing.assert_array_equal(y.ravel(), [
+            2, 3, 4, 5, 4,          # input0: N C H W, rank
+            6, 7, 8, 1, 3,          # input1 as NCHW: a missing W is 1
+            120, 336, 25, 2, 5,     # sizes, output rank, output C
+            56, 8, 1, 1, 1,         # input1's pitches
+            2, 1, 4, 2, 21])        # counts, global and local work sizes

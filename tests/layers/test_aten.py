@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from conftest import OPENCL_DEVICES, assert_every_path_matches_reference
+from conftest import FP16_RTOL, OPENCL_DEVICES, assert_every_path_matches_reference
 from kuiper.errors import LayerError
 from kuiper.runtime.operators import make_layer
 
@@ -81,10 +81,13 @@ def test_swin_v2_pattern_on_every_backend(tmp_path):
     x[0, 0, 0] = 0  # a zero vector: its norm is clamped to 1e-12, and 0 / 1e-12 stays 0
     norm = np.sqrt((x.astype(np.float64) ** 2).sum(-1, keepdims=True))
     expected = x / np.maximum(norm, 1e-12)
-    backends = [("reference", None), ("numpy", None)] + [("opencl", spec) for spec in OPENCL_DEVICES]
-    for backend, device in backends:
+    backends = [("reference", None, "fp32"), ("numpy", None, "fp32")] + \
+        [("opencl", spec, "fp32") for spec in OPENCL_DEVICES] + [("opencl", spec, "fp16") for spec in OPENCL_DEVICES[:1]]
+    for backend, device, precision in backends:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # every operator runs on the backend itself: no host fallback
-            graph = kuiper.load(path, backend=backend, **({"device": device} if device else {}))
+            graph = kuiper.load(path, backend=backend, precision=precision, **({"device": device} if device else {}))
             (out,) = graph.forward(x, bias)
-        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg=f"{backend} {device}")
+        # with half storage 1e-12 would round to 0, and 0 / 0 give NaN: the constant is kept nonzero
+        rtol, atol = (1e-5, 1e-6) if precision == "fp32" else (FP16_RTOL, FP16_RTOL)
+        np.testing.assert_allclose(out, expected, rtol=rtol, atol=atol, err_msg=f"{backend} {device} {precision}")

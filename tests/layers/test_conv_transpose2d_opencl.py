@@ -9,6 +9,7 @@ import kuiper.opencl.gemm
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
 from kuiper.opencl import DeviceTensor, Enqueuer
 from test_conv_transpose2d import CASES, make_deconv
+from test_softmax_opencl import pose_as
 
 RNG = np.random.default_rng(17)
 
@@ -33,7 +34,7 @@ def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
 
 @pytest.mark.parametrize("name", ["dilation3 groups2", "asymmetric nobias"])
 def test_other_gemm_variant_opencl(cl_runtime, monkeypatch, name):
-    monkeypatch.setattr(cl_runtime, "is_cpu", not cl_runtime.is_cpu)
+    pose_as(monkeypatch, cl_runtime, not cl_runtime.is_cpu)
     check(CASES[name], cl_runtime)
 
 

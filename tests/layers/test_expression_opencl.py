@@ -8,8 +8,8 @@ shape cases run one expression, and the functions are checked a domain at a time
 import numpy as np
 import pytest
 
-from conftest import assert_opencl_matches_numpy
-from kuiper.layers.expression import UNARY, broadcast_layout, opencl_expression
+from conftest import assert_opencl_matches_numpy, fp16_twin
+from kuiper.layers.expression import UNARY, broadcast_layout, kept_nonzero, opencl_expression
 from kuiper.layers.expression_parser import parse
 from kuiper.runtime.operators import make_layer
 from test_expression import FUNCTIONS
@@ -25,15 +25,28 @@ def rand(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
+def assert_half_storage_matches(layer, rt, *inputs):
+    """On the first device, with half storage: the kernel computes on its inputs as half holds them, so numpy
+    does too, and the two may differ by the output's own rounding to half (2^-11, relative)."""
+    half = fp16_twin(rt)
+    if half is None:
+        return
+    stored = [x.astype(np.float16).astype(np.float32) for x in inputs]
+    with np.errstate(all="ignore"):
+        (expected,) = layer.run_numpy(*stored)
+    (got,) = layer.run_opencl(half, *inputs)
+    np.testing.assert_allclose(got, expected, rtol=2.0**-11, atol=2.0**-24, err_msg="fp16")
+
+
 # ---- how the expression is compiled --------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, code", [
-    ("add(mul(@0,@1),2)", "fn_add(fn_mul(LOAD(0),LOAD(1)),2.0f)"),
-    ("rsqrt(add(@0,1.000000e-05))", "fn_rsqrt(fn_add(LOAD(0),1e-05f))"),
-    ("max(@3,-inf)", "fn_max(LOAD(3),-INFINITY)"),
-    ("sub(@0,-2.5)", "fn_sub(LOAD(0),-2.5f)"),
-    ("mul(@0,0.1)", "fn_mul(LOAD(0),0.1f)"),  # the float32 nearest 0.1, as numpy multiplies by
-    ("@1", "LOAD(1)"),
+    ("add(mul(@0,@1),2)", "fn_add(fn_mul(IN(0),IN(1)),2.0f)"),
+    ("rsqrt(add(@0,1.000000e-05))", "fn_rsqrt(fn_add(IN(0),1e-05f))"),
+    ("max(@3,-inf)", "fn_max(IN(3),-INFINITY)"),
+    ("sub(@0,-2.5)", "fn_sub(IN(0),-2.5f)"),
+    ("mul(@0,0.1)", "fn_mul(IN(0),0.1f)"),  # the float32 nearest 0.1, as numpy multiplies by
+    ("@1", "IN(1)"),
 ])
 def test_the_tree_is_written_as_one_opencl_expression_without_spaces(text, code):
     assert opencl_expression(parse(text)) == code
@@ -97,9 +110,20 @@ def test_literals_of_every_form(cl_runtime):
 ])
 def test_constant_expressions_are_computed_once_and_copied(cl_runtime, expr, recorded, dtype):
     layer = expression(expr, *recorded)
-    (out,) = layer.run_opencl(cl_runtime, *(rand(*s) for s in recorded))
-    assert out.shape == () and out.dtype == dtype
-    assert out == layer.run_numpy(*(rand(*s) for s in recorded))[0]
+    for rt in filter(None, (cl_runtime, fp16_twin(cl_runtime))):  # the values are exact in half too
+        (out,) = layer.run_opencl(rt, *(rand(*s) for s in recorded))
+        assert out.shape == () and out.dtype == dtype
+        assert out == layer.run_numpy(*(rand(*s) for s in recorded))[0]
+
+
+def test_constants_too_small_for_half_storage_stay_nonzero():
+    """An epsilon such as F.normalize's 1e-12 must not become 0 (tests/layers/test_aten.py runs swin_v2's case)."""
+    values = np.array([1e-12, -1e-12, 0.0, 3e-8, 1e-3, np.inf], np.float32)
+    least = np.finfo(np.float16).smallest_subnormal
+    kept = kept_nonzero(values, np.dtype(np.float16))
+    assert kept.dtype == np.float32
+    np.testing.assert_array_equal(kept.astype(np.float16), np.array([least, -least, 0, least, 1e-3, np.inf], np.float16))
+    assert kept_nonzero(values, np.dtype(np.float32)) is values  # fp32 storage keeps every float32
 
 
 def test_integer_expressions_and_too_many_inputs_stay_on_the_host():
@@ -156,6 +180,7 @@ def test_every_function_matches_numpy(cl_runtime, domains, names):
     (got,) = layer.run_opencl(cl_runtime, *args, *masks)
     for name, g, e in zip(names, got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_half_storage_matches(layer, cl_runtime, *args, *masks)
 
 
 @pytest.mark.parametrize("name, a, b", [
@@ -175,6 +200,7 @@ def test_edge_values_match_numpy(cl_runtime, name, a, b):
         (expected,) = layer.run_numpy(*args)
     (got,) = layer.run_opencl(cl_runtime, *args)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
+    assert_half_storage_matches(layer, cl_runtime, *args)
 
 
 def test_the_deepest_expression_the_reader_takes_builds_on_opencl(cl_runtime):

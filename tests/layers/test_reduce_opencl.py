@@ -8,7 +8,7 @@ import pytest
 from conftest import assert_opencl_matches_numpy
 from kuiper.layers.reduce import reduce_layout
 from kuiper.runtime.operators import make_layer
-from test_softmax_opencl import cl_paths  # noqa: F401  (a fixture)
+from test_softmax_opencl import assert_fp16_close, cl_paths  # noqa: F401  (cl_paths: a fixture)
 
 RNG = np.random.default_rng(13)
 DIMS = [None, (0,), (1,), (-1,), (2, 3), (1, -1), (0, 2), (3, 1), (0, 1, 2, 3)]
@@ -51,8 +51,10 @@ def test_reduce_layout_walks_kept_and_reduced_dims_innermost_first():
 def test_a_long_mean_stays_accurate(cl_paths):
     """A million elements in one work-item: the compensated sum keeps float32 rounding from piling up."""
     x = (RNG.standard_normal((2, 500_003)) + 1).astype(np.float32)
-    (got,) = reduction("mean", (-1,), False, x.shape).run_opencl(cl_paths, x)
-    np.testing.assert_allclose(got, x.astype(np.float64).mean(-1), rtol=1e-6)
+    layer, expected = reduction("mean", (-1,), False, x.shape), x.astype(np.float64).mean(-1)
+    (got,) = layer.run_opencl(cl_paths, x)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert_fp16_close(layer, cl_paths, x, expected.astype(np.float32))
 
 
 def test_infinities_and_nan_follow_numpy(cl_paths):
@@ -65,6 +67,7 @@ def test_infinities_and_nan_follow_numpy(cl_paths):
         (expected,) = layer.run_numpy(x)
     (got,) = layer.run_opencl(cl_paths, x)
     np.testing.assert_array_equal(got, expected)
+    assert_fp16_close(layer, cl_paths, x, expected)
 
 
 def test_integer_sums_stay_on_the_host():

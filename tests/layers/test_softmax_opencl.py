@@ -1,13 +1,14 @@
 """Softmax on OpenCL (cl/softmax.cl) against its numpy forward, on every device, over every dim of odd shapes.
 
 The work-group kernel for contiguous rows runs on GPUs only; the `cl_paths` fixture also makes the runtime
-report a GPU, so that every device checks both kernels (PoCL runs work-groups correctly, if not fast).
+(and its fp16 view) report a GPU, so that every device checks both kernels (PoCL runs work-groups correctly,
+if not fast).
 """
 
 import numpy as np
 import pytest
 
-from conftest import assert_opencl_matches_numpy
+from conftest import FP16_RTOL, assert_opencl_matches_numpy, assert_outputs_close, fp16_twin
 from kuiper.runtime.operators import make_layer
 
 RNG = np.random.default_rng(9)
@@ -24,9 +25,24 @@ def logits(*shape):
 @pytest.fixture(params=[False, True], ids=["as-is", "as-gpu"])
 def cl_paths(request, cl_runtime, monkeypatch):
     """The device as it is, then posing as a GPU: the layers then build and choose their GPU kernels."""
-    if request.param:
-        monkeypatch.setattr(cl_runtime, "is_cpu", False)
+    pose_as(monkeypatch, cl_runtime, cl_runtime.is_cpu and not request.param)
     return cl_runtime
+
+
+def pose_as(monkeypatch, rt, is_cpu: bool) -> None:
+    """For one test, rt and its fp16 view report is_cpu. The view (conftest's fp16_twin) is a copy made once:
+    it keeps the is_cpu its runtime had then, unless it is told too."""
+    for view in (rt, fp16_twin(rt)):  # the view made (if not yet) before rt is patched
+        if view is not None:
+            monkeypatch.setattr(view, "is_cpu", is_cpu)
+
+
+def assert_fp16_close(layer, rt, x, expected):
+    """On the first device, the layer with half storage within FP16_RTOL of `expected`: conftest's fp16 check,
+    for the tests that call run_opencl themselves."""
+    half = fp16_twin(rt)
+    if half is not None:
+        assert_outputs_close(layer.run_opencl(half, x), [expected], FP16_RTOL, "fp16")
 
 
 @pytest.mark.parametrize("shape", [(1,), (13,), (3, 5, 7), (1, 13, 7), (2, 7, 5, 9)])
@@ -56,3 +72,4 @@ def test_infinities_and_nan_follow_numpy(cl_paths):
         (expected,) = layer.run_numpy(x)
     (got,) = layer.run_opencl(cl_paths, x)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    assert_fp16_close(layer, cl_paths, x, expected)

@@ -1,0 +1,50 @@
+"""Every committed model with precision="fp16" (half storage, float arithmetic) on the first OpenCL device,
+against PyTorch's saved fp32 outputs, within FP16_MODEL_RTOL of each output's largest value."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kuiper
+from conftest import OPENCL_DEVICES, model_cases, model_names, model_paths
+
+# Every tensor between two layers is rounded to half (relative 2^-11 = 4.9e-4), as are the weights; through a
+# dozen layers these roundings add up to about a hundredth of the largest output at worst (measured: see README).
+FP16_MODEL_RTOL = 1e-2
+
+pytestmark = pytest.mark.skipif(not OPENCL_DEVICES, reason="no usable OpenCL device")
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_model_in_fp16_matches_pytorch_within_half_precision(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kuiper.KuiperWarning)  # host fallbacks are listed, not errors
+        graph = kuiper.load(*model_paths(name), backend="opencl", device=OPENCL_DEVICES[0], precision="fp16")
+    for case, inputs, references in model_cases(name):
+        outputs = graph.forward(*inputs)
+        assert len(outputs) == len(references)
+        for out, ref in zip(outputs, references):
+            assert out.shape == ref.shape and out.dtype == ref.dtype, case
+            scale = max(1.0, float(np.abs(ref).max()))
+            np.testing.assert_allclose(out, ref, rtol=FP16_MODEL_RTOL, atol=FP16_MODEL_RTOL * scale, err_msg=case)
+
+
+def test_fp16_stores_half_the_bytes_and_returns_float32():
+    graph = kuiper.load(*model_paths("conv_zoo"), backend="opencl", device=OPENCL_DEVICES[0], precision="fp16")
+    (_, inputs, references), *_ = model_cases("conv_zoo")
+    out = graph.forward(*inputs)[0]
+    assert out.dtype == np.float32
+    stored = {t.dtype for t in graph.plan_for(*(x.shape for x in inputs)).tensors.values()}
+    assert stored == {np.dtype(np.float16)}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "reference"])
+def test_fp16_needs_the_opencl_backend(backend):
+    with pytest.raises(kuiper.ConfigError, match="precision fp16 needs the opencl backend"):
+        kuiper.load(*model_paths("conv_zoo"), backend=backend, precision="fp16")
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(kuiper.ConfigError, match="unknown precision 'bf16'"):
+        kuiper.load(*model_paths("conv_zoo"), backend="opencl", precision="bf16")
