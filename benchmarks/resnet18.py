@@ -48,6 +48,8 @@ def main() -> None:
                         "--processes, ENGINE=DIR runs ENGINE from the kuiper checkout in DIR")
     parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
     parser.add_argument("--torch-device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
+                        help="fp16: kuiper OpenCL stores tensors as half (precision='fp16'), torch runs model.half()")
     parser.add_argument("--processes", type=int, metavar="ROUNDS",
                         help="run every engine in a fresh process of its own, in turn, for this many rounds")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -67,13 +69,17 @@ def main() -> None:
 
     x, reference = batch_case(np, args.batch)
     engines = [make_engine(name, args, x) for name in args.engines.split(",")]
-    tolerance = 1e-4 * max(1.0, float(np.abs(reference).max()))
+    from kuiper.references import TOLERANCES
 
-    print(f"ResNet-18, batch {args.batch}, {args.threads} thread(s), median of {args.runs} after {args.warmup} warm-up")
+    rtol = TOLERANCES[args.precision]  # half storage is held to a hundredth of the largest logit
+    tolerance = rtol * max(1.0, float(np.abs(reference).max()))
+
+    print(f"ResNet-18, batch {args.batch}, {args.precision}, {args.threads} thread(s), median of {args.runs} after "
+          f"{args.warmup} warm-up")
     results = []
     for name, forward in filter(None, engines):
         out = forward()
-        if not np.allclose(out, reference, rtol=1e-4, atol=tolerance):
+        if not np.allclose(out, reference, rtol=rtol, atol=tolerance):
             raise SystemExit(f"{name}: output does not match the saved reference; not timing it")
         for _ in range(args.warmup):
             forward()
@@ -101,7 +107,7 @@ def in_processes(args) -> None:
 
     engines = args.engines.split(",")
     options = ["--batch", args.batch, "--runs", args.runs, "--warmup", args.warmup,
-               "--threads", args.threads, "--torch-device", args.torch_device]
+               "--threads", args.threads, "--torch-device", args.torch_device, "--precision", args.precision]
     options += ["--device", args.device] if args.device else []
     jobs = {}
     for engine in engines:
@@ -118,8 +124,8 @@ def in_processes(args) -> None:
         labels[engine] = rounds[0]["results"][0]["engine"] + (f" [{checkout}]" if checkout else "")
         medians[engine] = [r["results"][0]["median_ms"] for r in rounds]
     base = medians[engines[-1]]
-    print(f"ResNet-18, batch {args.batch}, {args.threads} thread(s), {args.processes} rounds of a fresh process "
-          f"per engine, median of {args.runs} runs each; {machine()}")
+    print(f"ResNet-18, batch {args.batch}, {args.precision}, {args.threads} thread(s), {args.processes} rounds of a "
+          f"fresh process per engine, median of {args.runs} runs each; {machine()}")
     results = []
     for engine in engines:
         ratio = statistics.median(m / b for m, b in zip(medians[engine], base))
@@ -151,9 +157,10 @@ def make_engine(name: str, args, x):
 
     name, _, device = name.partition("@")  # opencl@Intel: that device, whatever --device says
     backend, _, schedule = name.partition("-")
-    options = {"device": device or args.device, "schedule": schedule} if backend == "opencl" else {}
+    options = ({"device": device or args.device, "schedule": schedule, "precision": args.precision}
+               if backend == "opencl" else {})
     graph = kuiper.load(MODEL_DIR / "resnet18.pnnx.param", backend=backend, **{k: v for k, v in options.items() if v})
-    label = f"kuiper-{name}"
+    label = f"kuiper-{name}" + ("-fp16" if args.precision == "fp16" else "")
     if backend == "opencl":
         from kuiper.opencl import describe
 
@@ -190,14 +197,17 @@ def torch_engine(args, x):
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     device = torch.device(args.torch_device)
+    half = args.precision == "fp16"
     model = build_model("resnet18").to(device)
+    model = model.half() if half else model
     tx = torch.from_numpy(x)
 
     def forward():
         with torch.no_grad():
-            return model(tx.to(device)).cpu().numpy()  # .cpu() waits for the GPU
+            x_device = tx.to(device)
+            return model(x_device.half() if half else x_device).float().cpu().numpy()  # .cpu() waits for the GPU
 
-    label = f"torch-{torch.__version__}-eager-{args.torch_device}"
+    label = f"torch-{torch.__version__}-eager-{args.torch_device}" + ("-fp16" if half else "")
     if device.type == "cuda":
         label += f" ({torch.cuda.get_device_name(device)})"
     return label, forward

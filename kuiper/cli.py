@@ -275,7 +275,8 @@ def cmd_run(args) -> None:
         labels.check_names(names, outputs)
     except ConfigError as e:
         raise CliError(f"--labels {args.labels}: {e}") from None
-    match = references.compare(outputs, reference) if reference is not None else None
+    tolerance = references.TOLERANCES[args.precision]
+    match = references.compare(outputs, reference, tolerance) if reference is not None else None
     # the note is about what a real image's classes mean: said only when an image went in
     note = random_weights and any(_is_image_input(path) for path in sources)
     if args.json:
@@ -294,7 +295,8 @@ def cmd_run(args) -> None:
             _print_output(console, k, out, args.topk, names)
         if match is not None:
             verdict = "[green]matches[/]" if match.ok else "[red]DOES NOT match[/]"
-            console.print(f"{verdict} the saved PyTorch output (max abs diff {match.max_abs:.2e})")
+            within = f", allowed {tolerance:g} of its largest value at {args.precision}" if args.precision != "fp32" else ""
+            console.print(f"{verdict} the saved PyTorch output (max abs diff {match.max_abs:.2e}{within})")
         if note:
             console.print(RANDOM_WEIGHTS_NOTE, highlight=False)
         if args.profile:

@@ -12,7 +12,8 @@ nothing (every committed model: nothing can be downloaded where they are made).
 
 An output matches when its largest absolute difference from PyTorch's is at most TOLERANCE times PyTorch's
 largest absolute value: float32 layers that sum in another order than PyTorch's drift by a few units in the
-last place, far below that, while a wrong layer is off by much more.
+last place, far below that, while a wrong layer is off by much more. With precision fp16 every tensor between
+two layers is rounded to half (2^-11 relative) and the allowance is a hundredth (TOLERANCES).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import numpy as np
 
 from kuiper.errors import ConfigError
 
-TOLERANCE = 1e-4
+TOLERANCES = {"fp32": 1e-4, "fp16": 1e-2}
+TOLERANCE = TOLERANCES["fp32"]
 PARAM_SUFFIX = ".pnnx.param"
 
 
@@ -105,10 +107,11 @@ class OutputDiff:
 
     max_abs: float
     relative: float
+    tolerance: float = TOLERANCE
 
     @property
     def ok(self) -> bool:
-        return bool(self.relative <= TOLERANCE)  # NaN compares False: a NaN output never matches
+        return bool(self.relative <= self.tolerance)  # NaN compares False: a NaN output never matches
 
 
 @dataclass(frozen=True)
@@ -125,14 +128,14 @@ class Comparison:
         return max((d.max_abs for d in self.diffs), default=0.0)
 
 
-def compare(outputs: list, references: list) -> Comparison:
+def compare(outputs: list, references: list, tolerance: float = TOLERANCE) -> Comparison:
     diffs = []
     for out, ref in zip(outputs, references):
         if out.shape != ref.shape:
-            diffs.append(OutputDiff(float("inf"), float("inf")))
+            diffs.append(OutputDiff(float("inf"), float("inf"), tolerance))
             continue
         max_abs = float(np.abs(out.astype(np.float64) - ref).max()) if ref.size else 0.0
         scale = float(np.abs(ref).max()) if ref.size else 0.0
         relative = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-        diffs.append(OutputDiff(max_abs, relative))
+        diffs.append(OutputDiff(max_abs, relative, tolerance))
     return Comparison(diffs, len(outputs) == len(references))
