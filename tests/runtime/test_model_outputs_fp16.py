@@ -31,7 +31,7 @@ def test_model_in_fp16_matches_pytorch_within_half_precision(name):
             np.testing.assert_allclose(out, ref, rtol=FP16_MODEL_RTOL, atol=FP16_MODEL_RTOL * scale, err_msg=case)
 
 
-def test_fp16_stores_half_the_bytes_and_returns_float32():
+def test_fp16_stores_tensors_as_half_and_returns_float32():
     graph = kuiper.load(*model_paths("conv_zoo"), backend="opencl", device=OPENCL_DEVICES[0], precision="fp16")
     (_, inputs, references), *_ = model_cases("conv_zoo")
     out = graph.forward(*inputs)[0]
