@@ -1,5 +1,5 @@
 // C = A @ B (+ bias), row-major, for Linear, Conv2d (im2col, implicit im2col, 1x1) and ConvTranspose2d
-// (kuiper/layers/gemm.py launches them).
+// (kuiper/opencl/gemm.py launches them).
 //
 //   A (M, K) with leading dimension lda, B (K, N) with ldb, C (M, N) with ldc, all in elements.
 //
@@ -8,9 +8,7 @@
 // covers every group of every batch item of a convolution). bias_mode: 0 none, 1 one value per row of C
 // (conv: per output channel, bias[g * M + m]), 2 one per column (linear: bias[g * N + n]).
 //
-// The epilogue (kuiper/opencl/gemm.py: KernelEpilogue) runs on each value of C as it is stored, after the
-// bias: with -DADD it adds `residual`, a tensor laid out like C (the other operand of a fused residual sum),
-// then with -DACT=act_<name> the activation (cl/activations.h) with parameters (act_a, act_b).
+// The epilogue (cl/epilogue.h) runs on each value of C as it is stored, after the bias.
 //
 // Two variants with the same arguments:
 //   gemm_cpu  no local memory: each work-item keeps an MB x (NV * VN) block of C in floatVN registers,
@@ -19,13 +17,7 @@
 //             work-item accumulates RM x RN outputs from them; local size must be (TN / RN, TM / RM).
 //             Built with KH and KW, it reads B as implicit im2col of a convolution's input.
 
-#include "store.h"
-#ifdef ACT
-#include "activations.h"
-#endif
-
-#define CAT(a, b) a##b
-#define XCAT(a, b) CAT(a, b)
+#include "epilogue.h"
 
 // The offset of product z's matrix, in elements (long: a batch of activations can pass 2^31 elements).
 inline long stack_offset(int z, int groups, long offset, long group_stride, long item_stride) {
@@ -34,19 +26,6 @@ inline long stack_offset(int z, int groups, long offset, long group_stride, long
 
 inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, int n, int M, int N) {
     return bias_mode == 1 ? LOAD(bias, g * M + m) : bias_mode == 2 ? LOAD(bias, g * N + n) : 0.0f;
-}
-
-#define EPILOGUE_ARGS __global const store_t* restrict residual, const float act_a, const float act_b
-
-// v (one value of C, bias added) through the epilogue; i is its index from C's start (residual's alike)
-inline float epilogue(float v, __global const store_t* residual, long i, float act_a, float act_b) {
-#ifdef ADD
-    v += LOAD(residual, i);
-#endif
-#ifdef ACT
-    v = ACT(v, act_a, act_b);
-#endif
-    return v;
 }
 
 #define STACK_ARGS                                                                                         \

@@ -202,3 +202,15 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
             assert_outputs_close(reference.run_opencl(half, *inputs), expected, max(rtol, FP16_RTOL),
                                  f"{type} OpenCL fp16 on {OPENCL_DEVICES[0]}")
     return checked
+
+
+def write_model(tmp_path, name, text, weights):
+    """A .pnnx.param from `text` and its .pnnx.bin holding `weights` ({"op.key": array}), float32."""
+    import zipfile
+
+    param = tmp_path / f"{name}.pnnx.param"
+    param.write_text(text)
+    with zipfile.ZipFile(tmp_path / f"{name}.pnnx.bin", "w") as archive:
+        for member, array in weights.items():
+            archive.writestr(member, np.asarray(array, np.float32).tobytes())
+    return param

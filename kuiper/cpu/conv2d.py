@@ -2,7 +2,7 @@
 
     pointwise       1x1 kernels at stride 1 without padding: the input already is the column matrix, no copy
     im2col          any convolution: the column matrix over bands of output rows, in buffers kept between forwards
-    winograd_f4     3x3 kernels at stride 1, ungrouped and undilated: Winograd's F(4x4, 3x3) (kuiper/cpu/winograd.py)
+    winograd_f4     3x3 kernels at stride 1, ungrouped and undilated: Winograd's F(4x4, 3x3) (kuiper/winograd.py)
     winograd_f2     the same with F(2x2, 3x3)
     depthwise_nchw  one input channel per group (depthwise): the kh*kw taps summed by einsum, channel by channel
     depthwise_hcw   the same over rows that hold every channel side by side (kuiper/cpu/depthwise.py)
@@ -34,7 +34,7 @@ import numpy as np
 from kuiper.cpu import depthwise, threads
 from kuiper.cpu.registry import fast
 from kuiper.cpu.scratch import KeepsScratch, view
-from kuiper.cpu.winograd import F2, F4, Winograd, windows
+from kuiper.winograd import F2, F4, Winograd, windows
 from kuiper.layers import conv2d
 from kuiper.layers.conv2d import batched
 from kuiper.layers.fused import Epilogue
@@ -281,7 +281,7 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
 
     def _winograd(self, x, out, epilogue, f: Winograd, u: np.ndarray):
         """Winograd F(m x m, 3x3) with the transformed weights `u`, over bands of tile rows (see
-        kuiper/cpu/winograd.py).
+        kuiper/winograd.py).
 
         As in im2col, kuiper's threads take a share of the bands each when there are enough bands worth a
         thread; otherwise each band's input is transformed once and its output channels are split."""

@@ -33,6 +33,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from kuiper.layers.base import Layer
 from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Columns, Gemm, Matrix
+from kuiper.opencl.winograd import WinogradConv, applies as winograd_applies
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 
@@ -178,7 +179,8 @@ class Conv2d(ConvLayer):
             return
         self.cl_depthwise = None
         self.gemm = Gemm(rt, kernel_size=None if self.pointwise else self.kernel_size, epilogue=self.cl_epilogue)
-        self.variants = self.gemm.choices(self.gemm_dims, "conv.cl")
+        self.winograd = WinogradConv(rt, self) if winograd_applies(self) else None
+        self.variants = self.gemm.choices(self.gemm_dims, "conv.cl", other=self.winograd)
         self.cl_weight = rt.upload(self.w_gemm)
         if not self.pointwise:  # for the GEMM variants that read a column matrix, not the images
             self.cl_im2col = rt.kernel("conv.cl", "im2col")
@@ -206,6 +208,9 @@ class Conv2d(ConvLayer):
         weights = Matrix(self.cl_weight, k, group=cout_g * k)
         out = Matrix(y.buffer, ho * wo, group=cout_g * ho * wo, item=cout * ho * wo)
         variant = self.variants.pick(tuple(t.shape for t in inputs))
+        if self.winograd is not None and variant is self.winograd.variant:
+            variant(q, x, y, self.cl_bias, bias["epilogue"])
+            return
         implicit = variant in self.gemm.implicit
         # the GEMM reads B from the input itself when the input is the column matrix (1x1) or when it computes
         # im2col's entries on the fly (implicit); otherwise im2col writes the column matrix first

@@ -179,12 +179,23 @@ class Gemm:
         gpu = [gpu_name(tile) for tile in self.tiles] if self.family != "cpu" else []
         return cpu + gpu
 
-    def choices(self, dims, *files) -> Variants:
+    def choices(self, dims, *files, other=None) -> Variants:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
-        dims(shapes) = (m, n, stack); `files` names its other kernel files, which its time depends on too."""
-        return Variants(self.rt, ("gemm.cl", *files), self.variants.values(),
-                        rule=lambda shapes: self.rule(*dims(shapes)),
-                        candidates=lambda shapes: self.candidates(dims(shapes)[1]))
+        dims(shapes) = (m, n, stack); `files` names its other kernel files, which its time depends on too.
+
+        other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), one more candidate:
+        its `variant`, built from its kernel `file`, which the rule takes where other.preferred(shapes)."""
+        variants, files = [*self.variants.values()], ["gemm.cl", *files]
+        if other is not None:
+            variants.append(other.variant)
+            files.append(other.file)
+
+        def rule(shapes):
+            return other.variant.name if other and other.preferred(shapes) else self.rule(*dims(shapes))
+
+        def candidates(shapes):
+            return self.candidates(dims(shapes)[1]) + ([other.variant.name] if other else [])
+        return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------
     def _cpu_kernel(self, block):

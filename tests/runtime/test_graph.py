@@ -9,7 +9,7 @@ import kuiper
 from kuiper import BackendError, GraphError, GraphState, InputError, UnsupportedOperatorError
 from kuiper.opencl.devices import spec_of
 
-from conftest import MODELS
+from conftest import MODELS, write_model
 
 # x -> relu -> a;  x -> neg -> b;  add(a, b) -> c;  cat(c, a) -> d
 BRANCHY = """7767517
@@ -252,18 +252,6 @@ def test_winograd_weights_are_made_when_planning_not_in_forward():
     assert "winograd" not in " ".join(built("convbn2d_17"))  # 7x7: im2col
     resnet.plan_for((1, 3, 112, 112))  # layer2 now sees 14x14 images: F(2x2) too, before any forward
     assert built("convbn2d_7") == ["winograd_f2", "winograd_f4"]
-
-
-def write_model(tmp_path, name, text, weights):
-    """A .pnnx.param from `text` and its .pnnx.bin holding `weights` ({"op.key": array})."""
-    import zipfile
-
-    param = tmp_path / f"{name}.pnnx.param"
-    param.write_text(text)
-    with zipfile.ZipFile(tmp_path / f"{name}.pnnx.bin", "w") as archive:
-        for member, array in weights.items():
-            archive.writestr(member, np.asarray(array, np.float32).tobytes())
-    return param
 
 
 CONV = "in_channels=2 out_channels=2 kernel_size=(1,1) stride=(1,1) padding=(0,0) dilation=(1,1) groups=1 " \

@@ -12,8 +12,7 @@ from kuiper import ConfigError, MemoryLimitError, ShapeError
 from kuiper.runtime import memory
 from kuiper.runtime.executor import NumpyExecutor
 
-from conftest import model_paths
-from test_graph import write_model
+from conftest import model_paths, write_model
 
 
 @pytest.fixture(autouse=True)

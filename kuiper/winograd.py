@@ -11,7 +11,8 @@ kernel transform G g G^T is done once per layer. Over all tiles and channels, th
 positions of the transformed tile is a matrix product, so the layer becomes a*a GEMMs
 (Cout, Cin) @ (Cin, tiles) with (a/m)^2 / 9 of im2col's multiplies: 1/4 for F(4x4, 3x3), 4/9 for F(2x2, 3x3).
 The transforms are matrix products too, B^T and A^T applied along one axis of the tiles at a time.
-kuiper/cpu/conv2d.py runs them, and says when Winograd pays.
+kuiper/cpu/conv2d.py runs them on the CPU, and says when Winograd pays there; kuiper/opencl/winograd.py
+runs F(4x4, 3x3) on OpenCL.
 """
 
 from __future__ import annotations

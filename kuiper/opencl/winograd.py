@@ -1,0 +1,102 @@
+"""Winograd's F(4x4, 3x3) on OpenCL (cl/winograd.cl): a 3x3 stride-1 convolution in a quarter of the multiply-adds.
+
+The method and its matrices are kuiper/winograd.py's. On OpenCL it runs in three launches: the input
+transform writes every tile's B^T d B, one stacked GEMM (kuiper/opencl/gemm.py) multiplies the transformed
+kernels into them for each of the 36 positions of a 6x6 tile, and the output transform turns each tile's 36
+sums into its 4x4 outputs, adding the bias and applying the layer's fused epilogue as it stores them.
+
+The GEMM's operands are float at any storage precision (see cl/winograd.cl), so it runs on the runtime's fp32
+view. Where a direct convolution's GEMM has few columns (a 7x7 image: 49 per item), this one has one per tile
+of the whole batch, and K = Cin rather than 9 Cin: at batch 32, ResNet-18's 3x3 layers become GEMMs of
+(Cout, Cin) @ (Cin, 128 to 6272 tiles), 36 of them in one launch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kuiper.winograd import F4
+from kuiper.opencl.gemm import Gemm, Matrix, Scratch
+from kuiper.opencl.runtime import round_up
+from kuiper.variants import Variant
+
+#: the rule's threshold on GPUs: a convolution with fewer multiply-adds runs direct. Winograd's three launches
+#: cost more host time than one, and a small layer gains little device time (ResNet-18's 3x3 layers at batch
+#: 1 have 116 M each)
+MIN_MACS = 256 << 20
+#: the rule's threshold on CPUs: a GEMM with fewer columns (tiles) than gemm_cpu's 16-wide block runs its
+#: narrow blocks, slower than the direct convolution. PoCL on a 2-core Zen 4, batch 1: ResNet-18's 7x7 layer
+#: (4 tiles) 4.2 ms against im2col's 3.2; its 14x14 layer (16 tiles) 1.7 against 2.9. ResNet-18 b1 on PoCL
+#: 40 -> 29 ms, vgg11_bn 210 -> 104 ms.
+MIN_CPU_TILES = 16
+
+#: work-items per work-group along the tiles on GPUs (CPUs let the driver choose)
+GROUP_TILES = 64
+
+
+def applies(layer) -> bool:
+    """Whether a Conv2d layer is a convolution Winograd's F(m x m, 3x3) computes: 3x3, stride 1, undilated,
+    ungrouped."""
+    return (layer.kernel_size == (3, 3) and layer.stride == (1, 1) and layer.dilation == (1, 1)
+            and layer.groups == 1)
+
+
+def entries(matrix) -> str:
+    """A matrix's entries, row by row, as an OpenCL initializer list (exact: they are small dyadic fractions)."""
+    return ",".join(f"{float(v)!r}f" for v in matrix.ravel())
+
+
+class WinogradConv:
+    """One Conv2d layer's Winograd forward on one runtime: its transformed weights, its kernels (built with the
+    layer's epilogue), its GEMM and the device buffers for the transformed tiles. `variant` is it as one of the
+    layer's variants (kuiper/variants.py), named "winograd F4", built from `file`."""
+
+    method = F4
+    file = "winograd.cl"
+
+    def __init__(self, rt, layer):
+        self.rt = rt
+        self.layer = layer
+        self.gemm = Gemm(rt.at_precision("fp32"))
+        self.tiles_in, self.tiles_out = Scratch(rt), Scratch(rt)
+        self.variant = Variant(f"winograd F{self.method.m}", self.build, lambda q, built, *args: built(q, *args))
+
+    def preferred(self, shapes) -> bool:
+        """Whether the rule picks Winograd for these input shapes: on CPUs where the GEMM has MIN_CPU_TILES
+        columns or more, on GPUs for layers of MIN_MACS or more."""
+        out = self.layer.output_shapes(shapes)[0]
+        if self.rt.is_cpu:
+            tiles = math.prod(out[:-3]) * math.prod(self.method.tiles(*out[-2:]))  # of every batch item
+            return tiles >= MIN_CPU_TILES
+        return math.prod(out) * self.layer.in_channels * 9 >= MIN_MACS
+
+    def build(self) -> "WinogradConv":
+        """The kernels and the transformed weights (G g G^T, shaped (36, Cout, Cin)), made once."""
+        method = self.method
+        options = [f"-DWM={method.m}", f"-DWINO_BT={entries(method.bt)}", f"-DWINO_AT={entries(method.at)}",
+                   *self.layer.cl_epilogue.options]
+        self.input_kernel = self.rt.kernel("winograd.cl", "winograd_input", options)
+        self.output_kernel = self.rt.kernel("winograd.cl", "winograd_output", options)
+        self.weight = self.gemm.rt.upload(method.transform_kernel(self.layer.w_kernel))
+        return self
+
+    def __call__(self, q, x, y, bias, epilogue: tuple) -> None:
+        """Enqueue y = the convolution of x: device tensors (N, Cin, H, W) and (N, Cout, Ho, Wo)."""
+        method, layer = self.method, self.layer
+        (h, w), (ho, wo) = x.shape[-2:], y.shape[-2:]
+        cin, cout = layer.in_channels, layer.out_channels
+        (top, _), (left, _) = layer.pads
+        tiles_h, tiles_w = method.tiles(ho, wo)
+        tiles = x.size // (cin * h * w) * tiles_h * tiles_w
+        positions = method.a * method.a
+        v = self.tiles_in.fit(4 * positions * cin * tiles)
+        m = self.tiles_out.fit(4 * positions * cout * tiles)
+        local = None if self.rt.is_cpu else GROUP_TILES
+        width = tiles if local is None else round_up(tiles, local)
+        q.run(self.input_kernel, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
+              tiles_w, tiles)
+        self.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles), a=Matrix(self.weight, cin, group=cout * cin),
+                  b=Matrix(v, tiles, group=cin * tiles), groups=positions)
+        q.run(self.output_kernel, (width, cout), local and (local, 1), y.buffer, m,
+              x.buffer if bias is None else bias, int(bias is not None), *epilogue, cout, ho, wo, tiles_h, tiles_w,
+              tiles)
