@@ -5,3 +5,4 @@ from kuiper.cpu import conv2d, conv_transpose2d, linear  # noqa: F401  (register
 from kuiper.cpu import attention, layer_norm  # noqa: F401  (registers the fast layers)
 from kuiper.cpu import matmul  # noqa: F401  (registers the fast layers)
 from kuiper.cpu import activations  # noqa: F401  (registers the fast layers)
+from kuiper.cpu import adaptive_pool  # noqa: F401  (registers the fast layers)

@@ -76,6 +76,17 @@ WINOGRAD_BAND_TILES = 16
 #: 384ch 7x7 2.11/1.15/1.03; 7x7 960ch 3x3 0.47/0.60/0.29
 DEPTHWISE_NCHW_PIXELS = 400
 
+#: ... but depthwise_hwc on this many channels or more, and strided too on outputs smaller than that (or with
+#: kernels of DEPTHWISE_STRIDED_TAPS, smaller than DEPTHWISE_STRIDED_PIXELS): its einsum's innermost loop runs
+#: over a part's channels. Measured inside the models above and MnasNet, MobileNet-v3 and EfficientNet-v2-S (2
+#: threads, the activation fused, medians of 7 x 5, ms, im2col / nchw / hcw / hwc): 3x3 480ch 14x14 0.57/0.44/
+#: 0.45/0.36, 5x5 672ch 14x14 1.28/0.81/0.73/0.61, 7x7 768ch 7x7 2.07/1.06/0.72/0.41; strided, 5x5 672ch 14x14
+#: -> 7x7 0.86/1.16/0.46/0.34, 3x3 240ch 28x28 -> 14x14 0.35/0.77/0.33/0.26, 5x5 144ch 56x56 -> 28x28 1.00/1.24/
+#: 0.83/0.74, 3x3 96ch 28x28 -> 14x14 0.14/0.32/0.18/0.12. Not on fewer channels (48ch 14x14 3x3 0.06/0.07/0.06/
+#: 0.08, 72ch 56x56 -> 28x28 5x5 0.72/1.11/0.72/0.87), nor on larger strided outputs (3x3 96ch 112x112 -> 56x56
+#: 1.45/1.26/1.09/1.58)
+DEPTHWISE_HWC_CHANNELS = 96
+
 #: strided depthwise convolution runs depthwise_hcw with kernels of this many taps or more, or on outputs of this
 #: many pixels or more; else im2col, which measured as fast or faster there (same measurements, ms, im2col /
 #: hcw): 5x5 144ch 56x56 1.61/1.11, 672ch 14x14 0.82/0.49, 72ch 56x56 0.81/0.80; 3x3 96ch 112x112 2.04/1.74,
@@ -105,7 +116,7 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         if self.groups == self.in_channels > 1:
             self.depthwise = depthwise.Depthwise(self.w_kernel, self.bias, self.stride, self.dilation, self.pads,
                                                  self.scratch)
-            ways += [self._depthwise_variant(name) for name in (depthwise.NCHW, depthwise.HCW)]
+            ways += [self._depthwise_variant(name) for name in depthwise.LAYOUTS]
         self.variants = Variants(None, (), ways, self._rule)
 
     def _winograd_variant(self, f: Winograd) -> Variant:
@@ -132,19 +143,24 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         return "pointwise" if self.pointwise else "im2col"
 
     def _depthwise_rule(self, shape) -> str:
-        """At stride 1, depthwise_nchw for outputs of DEPTHWISE_NCHW_PIXELS or more, else depthwise_hcw; strided,
-        depthwise_hcw for kernels of DEPTHWISE_STRIDED_TAPS or more, outputs of DEPTHWISE_STRIDED_PIXELS or more
-        or DEPTHWISE_STRIDED_CHANNELS or more, else im2col. With a channel multiplier, im2col: each of its columns
-        serves the group's k output
-        channels, where the depthwise variants copy the input k times (72 -> 144 channels, 56x56, ms, im2col / nchw
-        / hcw: 0.50/0.53/0.63; 480 -> 960, 7x7: 0.27/0.54/0.26)."""
+        """At stride 1, depthwise_nchw for outputs of DEPTHWISE_NCHW_PIXELS or more, else depthwise_hwc (on
+        DEPTHWISE_HWC_CHANNELS or more) or depthwise_hcw. Strided, depthwise_hwc on that many channels for outputs
+        of fewer pixels, or of fewer than DEPTHWISE_STRIDED_PIXELS with kernels of DEPTHWISE_STRIDED_TAPS or more;
+        else depthwise_hcw for kernels that large, outputs of DEPTHWISE_STRIDED_PIXELS or more or
+        DEPTHWISE_STRIDED_CHANNELS or more, else im2col. With a channel multiplier, im2col: each of its columns
+        serves the group's k output channels, where the depthwise variants copy the input k times (72 -> 144
+        channels, 56x56, ms, im2col / nchw / hcw: 0.50/0.53/0.63; 480 -> 960, 7x7: 0.27/0.54/0.26)."""
         if self.out_channels != self.in_channels:
             return "im2col"
         ho, wo = self.output_shapes([shape])[0][-2:]
+        small = depthwise.HWC if self.in_channels >= DEPTHWISE_HWC_CHANNELS else depthwise.HCW
         if self.stride == (1, 1):
-            return depthwise.NCHW if ho * wo >= DEPTHWISE_NCHW_PIXELS else depthwise.HCW
-        if (math.prod(self.kernel_size) >= DEPTHWISE_STRIDED_TAPS or ho * wo >= DEPTHWISE_STRIDED_PIXELS
-                or self.in_channels >= DEPTHWISE_STRIDED_CHANNELS):
+            return depthwise.NCHW if ho * wo >= DEPTHWISE_NCHW_PIXELS else small
+        large_kernel = math.prod(self.kernel_size) >= DEPTHWISE_STRIDED_TAPS
+        if small == depthwise.HWC and (ho * wo < DEPTHWISE_NCHW_PIXELS
+                                       or large_kernel and ho * wo < DEPTHWISE_STRIDED_PIXELS):
+            return depthwise.HWC
+        if large_kernel or ho * wo >= DEPTHWISE_STRIDED_PIXELS or self.in_channels >= DEPTHWISE_STRIDED_CHANNELS:
             return depthwise.HCW
         return "im2col"
 
@@ -159,7 +175,7 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
             return 0
         shape = input_shapes[0]
         n, c, h, w = (math.prod(shape[:-3]), *shape[-3:])
-        if variant in (depthwise.NCHW, depthwise.HCW):
+        if variant in depthwise.LAYOUTS:
             return self.depthwise.workspace_bytes(variant, (n, c, h, w))
         ho, wo = self.output_shapes(input_shapes)[0][-2:]
         (top, bottom), (left, right) = self.pads

@@ -10,7 +10,7 @@ where every tap is a strided view of a padded copy of the input. einsum runs suc
 the axes, and how it nests them decides its speed: each innermost loop costs about 0.1 us besides its work, so
 it must be long; and left to itself (order="K") einsum puts innermost the axis whose steps are smallest, which
 for x and kx, both one float along the same row, is a tie it breaks for kx: loops of kw iterations, 10x slower.
-Two layouts:
+Three layouts:
 
     depthwise_nchw   a copy of the padded input per kx, shifted by kx*dw columns and taken at the column
                      stride, laid out (kw, C, rows, Wo): kx then steps from copy to copy, and the innermost loop
@@ -22,16 +22,21 @@ Two layouts:
                      width. order="F" nests einsum's loops by the output's axes instead (a row, the rows, then
                      the taps outermost), so the taps are views of the rows themselves, no copies. The sums are
                      copied to the output channel by channel.
+    depthwise_hwc    the padded rows with the channels innermost, laid out (rows, Wp, C): every tap is one strided
+                     view of them, strides and dilations included, and its weights a row of C floats, read along
+                     the innermost loop, which runs over a part's channels. No column is computed only to be
+                     dropped, as depthwise_hcw computes Wq - Wo of each row; the price is the transposing copies
+                     in and out, which cost more than the sums save on large images of few channels.
 
 depthwise_hcw takes a column stride by splitting the padded rows into sw phases (columns j*sw + px) as it
 copies them: the taps of one phase are evenly spaced along its rows, one einsum per phase, the phases' sums
 added. Columns past the output's width (Wq is the padded width over the stride, rounded up) are computed from
-whatever follows them in the buffer and dropped. Rows strided by sh are strided views in both layouts.
+whatever follows them in the buffer and dropped. Rows strided by sh are strided views in every layout.
 
 kuiper's threads split the channels (of all images at once); each part runs in bands of output rows whose
 buffers take about BAND_BYTES, and adds the bias and runs the fused epilogue on each band as soon as it is
 written. A channel multiplier (out = k * in channels, output channel o reading input channel o // k) is the
-same sum over out channels, the copies repeating each input channel k times.
+same sum over out channels, the copies repeating each input channel k times (in every layout).
 """
 
 from __future__ import annotations
@@ -52,8 +57,9 @@ BAND_BYTES = 4 << 20
 #: to a thread, ~0.15 ms of work, needs threads.MIN_MACS / GEMM_SPEEDUP of them
 GEMM_SPEEDUP = 32
 
-#: names of the two layouts (see the module's docstring)
-NCHW, HCW = "depthwise_nchw", "depthwise_hcw"
+#: names of the three layouts (see the module's docstring)
+NCHW, HCW, HWC = "depthwise_nchw", "depthwise_hcw", "depthwise_hwc"
+LAYOUTS = (NCHW, HCW, HWC)
 
 
 class Depthwise:
@@ -80,12 +86,12 @@ class Depthwise:
         """(grain, block, bands, sizes) for a (N, C, H, W) input: the least input channels per part, the most
         output channels a run holds (a part's channels of one image are cut into runs), the bands of output rows
         each run is cut into (top, height), and the floats of each buffer a thread keeps: (copies,) in NCHW,
-        (padded rows, sums) in HCW, and the sums of later column phases when the taps fall in several.
+        (padded rows, sums) in HCW and HWC, and in HCW the sums of later column phases when the taps fall in several.
 
         einsum's innermost loops cost about 0.1 us each besides their work: NCHW runs kh*kw of them per channel
         and band, so its runs hold whole images, as many channels as fit BAND_BYTES (rows are cut only for an
-        image too large for one channel); HCW runs kh*kw per output row of each run, so a run holds all of the
-        part's channels, in bands of as many rows as fit."""
+        image too large for one channel); HCW runs kh*kw per output row of each run, HWC kh*kw per output pixel,
+        so there a run holds all of the part's channels, in bands of as many rows as fit."""
         n, cin, h, w = shape
         ho, wo = self.output_size(h, w)
         multiplier = self.out_channels // cin
@@ -94,11 +100,11 @@ class Depthwise:
         grain = max(1, -(-max(1, threads.MIN_MACS // GEMM_SPEEDUP) // unit))
         parts = max(1, threads.parts(n * cin, grain))
         channels = min(cin, -(-n * cin // parts))  # the most input channels of one image a part gets
-        wq = self.row_width(w)
+        wq, wp = self.row_width(w), w + sum(self.pads[1])
         partial = len(self.phase_taps) > 1  # HCW's second buffer of sums, for phases after the first
         # floats per output row of a band, per input channel: NCHW's copies of the input rows it needs (about sh);
-        # HCW's padded rows and its sums
-        row = multiplier * (sh * self.kw * wo if layout == NCHW else sh * sw * wq + (1 + partial) * wq)
+        # HCW's padded rows and its sums; HWC's padded rows and its sums
+        row = multiplier * {NCHW: sh * self.kw * wo, HCW: sh * sw * wq + (1 + partial) * wq, HWC: sh * wp + wo}[layout]
         if layout == NCHW:
             channels = max(1, min(channels, BAND_BYTES // (4 * row * ho)))
         rows = max(1, min(ho, BAND_BYTES // (4 * channels * row)))
@@ -109,6 +115,8 @@ class Depthwise:
         block = channels * multiplier
         if layout == NCHW:
             return grain, block, bands, (self.kw * block * span * wo,)
+        if layout == HWC:
+            return grain, block, bands, (span * wp * block, heights[0] * wo * block)
         sums = heights[0] * block * wq
         # the taps read up to (kw-1)*dw // sw floats past the padded rows
         return grain, block, bands, (span * sw * block * wq + (self.kw - 1) * dw // sw + 1,) + (sums,) * (1 + partial)
@@ -137,7 +145,7 @@ class Depthwise:
         """out = the convolution of x (both (N, C, H, W)), plus the bias, then the epilogue, band by band."""
         n, cin = x.shape[:2]
         grain, block, bands, sizes = self.plan(layout, x.shape)
-        run = self._nchw if layout == NCHW else self._hcw
+        run = {NCHW: self._nchw, HCW: self._hcw, HWC: self._hwc}[layout]
         multiplier = self.out_channels // cin
         weights = self._row_taps(x.shape[3]) if layout == HCW else None
 
@@ -156,25 +164,35 @@ class Depthwise:
         threads.parallel(part, n * cin, grain)
 
     def _rows(self, top: int, height: int, h: int) -> tuple:
-        """The padded input rows a band of output rows reads: (first, count), and which of them hold the image:
-        [first, last) in the input's own rows."""
+        """The padded input rows a band of output rows reads, from row top*sh on: (count, a, b, above, below), the
+        rows that hold the image being [a, b) in the input's own rows, [above, below) among the band's."""
         (sh, dh), pad = (self.stride[0], self.dilation[0]), self.pads[0][0]
         first = top * sh
         count = (height - 1) * sh + (self.kh - 1) * dh + 1
-        return first, count, max(first, pad) - pad, min(first + count, pad + h) - pad
+        a, b = max(first, pad) - pad, min(first + count, pad + h) - pad
+        return count, a, b, a + pad - first, b + pad - first
+
+    def _store(self, sums, out, epilogue, item, c0, c1, top, height) -> None:
+        """Write a band's sums, (channels, rows, Wo) as laid out in any way, to the output with the bias added,
+        then run the epilogue on that band."""
+        band = out[item, c0:c1, top:top + height]
+        if self.bias is None:
+            np.copyto(band, sums)
+        else:
+            np.add(sums, self.bias[c0:c1], out=band)
+        epilogue.apply(band, (item, slice(c0, c1), slice(top, top + height)))
 
     def _nchw(self, x, out, epilogue, item, g0, g1, multiplier, top, height, buffers, weights):
         """Input channels g0..g1-1 of image `item`, output rows top..top+height-1, in NCHW (see the module)."""
         (sh, sw), (dh, dw) = self.stride, self.dilation
-        (pad, _), (left, _) = self.pads
+        left = self.pads[1][0]
         h, w = x.shape[2:]
         wo = out.shape[3]
         c0, c1 = g0 * multiplier, g1 * multiplier
-        first, count, a, b = self._rows(top, height, h)
-        # copy kx: shifted[kx, c, r, j] = padded[c, first + r, j*sw + kx*dw], the padding written as zeros
+        count, a, b, above, below = self._rows(top, height, h)
+        # copy kx: shifted[kx, c, r, j] = padded[c, top*sh + r, j*sw + kx*dw], the padding written as zeros
         shifted = view(buffers[0], self.kw, c1 - c0, count, wo)
         grouped = shifted.reshape(self.kw, g1 - g0, multiplier, count, wo)
-        above, below = a + pad - first, b + pad - first  # the band's rows of the image: [above, below)
         shifted[:, :, :max(0, above)] = 0
         shifted[:, :, max(0, below):] = 0
         for kx in range(self.kw):
@@ -212,17 +230,16 @@ class Depthwise:
     def _hcw(self, x, out, epilogue, item, g0, g1, multiplier, top, height, buffers, weights):
         """The same in HCW, `weights` along the rows (_row_taps)."""
         (sh, sw), (dh, dw) = self.stride, self.dilation
-        (pad, _), (left, _) = self.pads
+        left = self.pads[1][0]
         h, w = x.shape[2:]
         wo = out.shape[3]
         wq = self.row_width(w)
         c0, c1 = g0 * multiplier, g1 * multiplier
         width = (c1 - c0) * wq  # a row of all the part's channels
-        first, count, a, b = self._rows(top, height, h)
-        # padded rows split into sw phases: phases[r, px, c, j] = padded[c, first + r, j*sw + px]
+        count, a, b, above, below = self._rows(top, height, h)
+        # padded rows split into sw phases: phases[r, px, c, j] = padded[c, top*sh + r, j*sw + px]
         phases = view(buffers[0], count, sw, c1 - c0, wq)
         grouped = phases.reshape(count, sw, g1 - g0, multiplier, wq)
-        above, below = a + pad - first, b + pad - first
         phases[:max(0, above)] = 0
         phases[max(0, below):] = 0
         image = x[item, g0:g1, a:b].transpose(1, 0, 2)[:, :, None]  # (rows, channels, 1, W)
@@ -249,10 +266,30 @@ class Depthwise:
                       order="F")
             if i:
                 sums += target
-        band = out[item, c0:c1, top:top + height]
-        rows = sums.reshape(height, c1 - c0, wq)[:, :, :wo].transpose(1, 0, 2)
-        if self.bias is None:
-            np.copyto(band, rows)
-        else:
-            np.add(rows, self.bias[c0:c1], out=band)
-        epilogue.apply(band, (item, slice(c0, c1), slice(top, top + height)))
+        self._store(sums.reshape(height, c1 - c0, wq)[:, :, :wo].transpose(1, 0, 2), out, epilogue, item, c0, c1,
+                    top, height)
+
+    def _hwc(self, x, out, epilogue, item, g0, g1, multiplier, top, height, buffers, weights):
+        """The same in HWC: the padded rows with the channels innermost (see the module)."""
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        left, right = self.pads[1]
+        h, w = x.shape[2:]
+        wo = out.shape[3]
+        c0, c1 = g0 * multiplier, g1 * multiplier
+        count, a, b, above, below = self._rows(top, height, h)
+        # padded[r, j, c] = padded[c // multiplier, top*sh + r, j], each input channel repeated `multiplier` times
+        padded = view(buffers[0], count, w + left + right, c1 - c0)
+        padded[:max(0, above)] = 0
+        padded[max(0, below):] = 0
+        padded[:, :left] = 0
+        padded[:, left + w:] = 0
+        if b > a:
+            grouped = padded.reshape(count, w + left + right, g1 - g0, multiplier)
+            grouped[above:below, left:left + w] = x[item, g0:g1, a:b].transpose(1, 2, 0)[..., None]
+        # tap (ky, kx) of output pixel (y, j) reads padded[y*sh + ky*dh, j*sw + kx*dw]: a view of all channels at
+        # once, so einsum's innermost loop runs over the channels, with the weights of the tap along it
+        s_r, s_j, s_c = padded.strides
+        v = as_strided(padded, (self.kh, self.kw, height, wo, c1 - c0), (dh * s_r, dw * s_j, sh * s_r, sw * s_j, s_c))
+        sums = view(buffers[1], height, wo, c1 - c0)
+        np.einsum("yxhwc,yxc->hwc", v, self.taps[:, :, c0:c1], out=sums)
+        self._store(sums.transpose(2, 0, 1), out, epilogue, item, c0, c1, top, height)

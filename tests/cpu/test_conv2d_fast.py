@@ -16,7 +16,7 @@ from kuiper.runtime.operators import make_layer
 RNG = np.random.default_rng(23)
 
 IM2COL, POINTWISE, WINOGRAD = {"im2col"}, {"im2col", "pointwise"}, {"im2col", "winograd_f4", "winograd_f2"}
-DEPTHWISE = {"im2col", "depthwise_nchw", "depthwise_hcw"}
+DEPTHWISE = {"im2col", "depthwise_nchw", "depthwise_hcw", "depthwise_hwc"}
 
 # name: (parameters, input shape, the variants these offer). With every split worth a thread (`splits`), wide
 # images are cut into bands of output rows, narrow ones split their channels, batches share out whole images.
@@ -216,19 +216,22 @@ def test_rule_by_output_size():
 
 def test_depthwise_rule():
     """Depthwise convolutions of MobileNets and EfficientNets: depthwise_nchw on outputs of 28x28 and larger,
-    depthwise_hcw on smaller ones; strided, depthwise_hcw for 5x5 kernels, outputs of 56x56 and larger or 128
-    channels and more, im2col for 3x3 kernels on fewer channels of smaller outputs."""
+    depthwise_hwc on smaller ones of 96 channels or more, else depthwise_hcw; strided, depthwise_hwc on 96 channels
+    or more for outputs of 14x14 and smaller, or 28x28 with 5x5 kernels; else depthwise_hcw for 5x5 kernels,
+    outputs of 56x56 and larger or 128 channels and more, im2col for 3x3 kernels on fewer channels."""
     def rule(channels, size, kernel, stride):
         layer = make_fast(dict(in_channels=channels, out_channels=channels, kernel_size=kernel, stride=stride,
                                padding=kernel // 2, groups=channels), (1, channels, size, size))
         return layer.variants.rule([(1, channels, size, size)])
-    assert [rule(c, size, 3, 1) for c, size in [(32, 112), (144, 56), (192, 28), (384, 14), (960, 7)]] == \
-        ["depthwise_nchw"] * 3 + ["depthwise_hcw"] * 2
+    assert [rule(c, size, 3, 1) for c, size in [(32, 112), (144, 56), (192, 28), (384, 14), (960, 7), (48, 14)]] \
+        == ["depthwise_nchw"] * 3 + ["depthwise_hwc"] * 2 + ["depthwise_hcw"]
     assert [rule(c, size, k, 1) for c, size, k in [(96, 56, 7), (120, 28, 5), (480, 14, 5), (768, 7, 7)]] == \
-        ["depthwise_nchw"] * 2 + ["depthwise_hcw"] * 2
-    assert [rule(c, size, 3, 2) for c, size in [(96, 112), (144, 56), (192, 28), (576, 14), (72, 56), (127, 14)]] == \
-        ["depthwise_hcw"] * 4 + ["im2col"] * 2
-    assert [rule(c, size, 5, 2) for c, size in [(72, 56), (672, 14)]] == ["depthwise_hcw"] * 2
+        ["depthwise_nchw"] * 2 + ["depthwise_hwc"] * 2
+    assert [rule(c, size, 3, 2) for c, size in [(96, 112), (144, 56), (192, 28), (576, 14), (96, 28), (72, 56),
+                                                (64, 14)]] == \
+        ["depthwise_hcw"] * 2 + ["depthwise_hwc"] * 3 + ["im2col"] * 2
+    assert [rule(c, size, 5, 2) for c, size in [(72, 56), (144, 56), (672, 14), (96, 224)]] == \
+        ["depthwise_hcw", "depthwise_hwc", "depthwise_hwc", "depthwise_hcw"]
     # with a channel multiplier im2col's columns serve several output channels each: it stays
     multiplier = make_fast(dict(in_channels=8, out_channels=16, kernel_size=3, padding=1, groups=8), (1, 8, 56, 56))
     assert multiplier.variants.rule([(1, 8, 56, 56)]) == "im2col"
@@ -239,7 +242,7 @@ def test_depthwise_rule():
 
 @pytest.mark.parametrize("name", ["depthwise wide", "depthwise 5x5 pad2 batch3", "depthwise 5x5 stride2 dilation3",
                                   "depthwise multiplier 3 stride2", "depthwise unbatched"])
-@pytest.mark.parametrize("variant", ["depthwise_nchw", "depthwise_hcw"])
+@pytest.mark.parametrize("variant", depthwise.LAYOUTS)
 def test_depthwise_keeps_its_workspace(budgets, name, variant):
     """What the depthwise variants keep between forwards is what workspace_bytes says (the layer's, for the
     variant its rule picks), at 1-3 threads, in whole images or small bands."""
@@ -322,7 +325,7 @@ def test_buffers_follow_shape_changes(name):
         np.testing.assert_allclose(layer.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["depthwise_nchw", "depthwise_hcw"])
+@pytest.mark.parametrize("name", depthwise.LAYOUTS)
 def test_depthwise_buffers_follow_shape_changes(budgets, name):
     """The depthwise variants over several shapes: at stride 2, 10 and 9 columns make outputs as wide, and
     buffers as large, but the 9-column image's last column is padding, which must read as zeros."""

@@ -46,10 +46,14 @@ CASES = [
     ("sub(@0,@1)", lambda s: [with_special_values(floats(*s)), with_special_values(floats(*s))]),
     ("xor(@0,rshift(@1,1))", lambda s: [RNG.integers(-99, 99, s, np.int32), RNG.integers(0, 99, s, np.int32)]),
     ("add(@0,0.5)", lambda s: [floats(*s)]),
-    # an operand broadcasts: the whole arrays at once
+    # an operand broadcasts: slabs along the output's outermost axis longer than 1, operands sliced with them
+    # where they run along it (with fewer dims, too), read whole where they are broadcast along it
     ("add(@0,@1)", lambda s: [floats(*s), floats(*s[:-2], 1, 1)]),
     ("mul(sub(@0,@1),@2)", lambda s: [floats(*s), floats(s[-1]), floats(*s[:-3], 1, 1, 1)]),
     ("mul(@0,@1)", lambda s: [floats(1), floats(*s)]),
+    ("mul(@1,@0)", lambda s: [floats(*s[-3:-2], 1, 1), with_special_values(floats(*s))]),  # x * scale
+    ("add(mul(@0,@1),@0)", lambda s: [floats(*s[:-1], 1), floats(*s)]),
+    ("sub(@0,@1)", lambda s: [floats(1, 1, *s[-2:]), floats(*s[:-2], 1, 1)]),  # no operand has the output's shape
 ]
 
 
@@ -109,7 +113,10 @@ def test_an_epilogue_that_adds_another_input_block_by_block(shape):
         np.testing.assert_allclose(out, np.maximum(a * b + c, 0), rtol=1e-6)
 
 
-def test_an_epilogue_after_a_broadcast_runs_on_the_whole_output():
-    a, b = floats(*LARGER), floats(*LARGER[:-2], 1, 1)
-    for out in run_with_epilogue("sub(@0,@1)", [a, b], [RELU], 2):
-        np.testing.assert_array_equal(out, np.maximum(a - b, 0))
+@pytest.mark.parametrize("shape", [SMALL, LARGER], ids=["small", "larger"])
+def test_an_epilogue_after_a_broadcast_runs_on_each_slab(shape):
+    """The tensor a fused sum adds is read at the slab the thread has just written."""
+    a, b, c = floats(*shape), floats(*shape[:-2], 1, 1), floats(*shape)
+    add_c = EpilogueStep(make_layer("pnnx.Expression", params={"expr": "add(@0,@1)"}, input_shapes=[None, None]), 2)
+    for out in run_with_epilogue("sub(@0,@1)", [a, b, c], [add_c, RELU], 2):
+        np.testing.assert_allclose(out, np.maximum(a - b + c, 0), rtol=1e-6)
