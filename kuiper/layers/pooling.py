@@ -125,6 +125,7 @@ class Pool2d(Layer):
     # ---- OpenCL --------------------------------------------------------------------------------------
     def build_opencl(self, rt):
         self.cl_kernel = rt.kernel("pooling.cl", self.cl_name)
+        self.cl_whole_rows = rt.is_cpu  # a work-item per output row on CPUs, per output on GPUs (cl/pooling.cl)
 
     def cl_args(self) -> tuple:
         """The kernel's arguments after the window geometry, which only one kind of pooling reads."""
@@ -132,9 +133,10 @@ class Pool2d(Layer):
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
-        geometry = (*x.shape[-2:], *y.shape[-2:], *self.kernel, *self.stride, *self.padding)
-        q.run(self.cl_kernel, (round_up(y.size, 256),), None, y.buffer, x.buffer, np.int32(y.size),
-              *map(np.int32, geometry), *self.cl_args())
+        (out_h, out_w), span = y.shape[-2:], y.shape[-1] if self.cl_whole_rows else 1
+        geometry = (*x.shape[-2:], out_h, out_w, *self.kernel, *self.stride, *self.padding)
+        q.run(self.cl_kernel, (round_up(out_h * -(-out_w // span), 16), y.size // (out_h * out_w)), None, y.buffer,
+              x.buffer, span, *geometry, *self.cl_args())
 
 
 @register("nn.MaxPool2d", "F.max_pool2d")
@@ -151,7 +153,7 @@ class MaxPool2d(Pool2d):
             raise self.error("return_indices=True is not supported")
 
     def cl_args(self):
-        return tuple(map(np.int32, self.dilation))
+        return self.dilation
 
 
 @register("nn.AvgPool2d", "F.avg_pool2d")
@@ -182,4 +184,4 @@ class AvgPool2d(Pool2d):
 
     def cl_args(self):
         # the kernel reads a divisor_override of 0 (never a valid one) as "none"
-        return np.int32(self.count_include_pad), np.int32(self.divisor_override or 0)
+        return int(self.count_include_pad), int(self.divisor_override or 0)

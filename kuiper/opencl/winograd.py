@@ -95,8 +95,8 @@ class WinogradConv:
         width = tiles if local is None else round_up(tiles, local)
         q.run(self.input_kernel, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
               tiles_w, tiles)
-        self.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles), a=Matrix(self.weight, cin, group=cout * cin),
-                  b=Matrix(v, tiles, group=cin * tiles), groups=positions)
+        self.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
+                  a=Matrix(self.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles), groups=positions)
         q.run(self.output_kernel, (width, cout), local and (local, 1), y.buffer, m,
               x.buffer if bias is None else bias, int(bias is not None), *epilogue, cout, ho, wo, tiles_h, tiles_w,
               tiles)

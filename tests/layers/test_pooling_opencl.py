@@ -48,3 +48,14 @@ def test_max_pool_nan_and_dilation_gaps_opencl(cl_runtime):
     for dilation in ((1, 1), (3, 3)):
         layer = max_pool(x.shape, (3, 3), (1, 2), (1, 1), dilation, ceil_mode=True)
         assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_the_other_device_kinds_work_split_is_right_too(cl_runtime, monkeypatch, kind):
+    """A work-item per output row on CPUs, per output on GPUs: each split on the other kind of device."""
+    monkeypatch.setattr(cl_runtime, "is_cpu", not cl_runtime.is_cpu)
+    shape, kernel, stride, padding, _, ceil_mode = LARGE_MAX
+    x = RNG.standard_normal(shape).astype(np.float32)
+    layer = (max_pool(shape, kernel, stride, padding, (1, 1), ceil_mode) if kind == "max"
+             else avg_pool(shape, kernel, stride, padding, ceil_mode, False, None))
+    assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0 if kind == "max" else 1e-4)
