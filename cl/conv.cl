@@ -4,7 +4,7 @@
 // stride for writes and for reads along an image row. Every size is an argument.
 //
 // Geometry along an axis: output o's tap t reads input o * stride - pad + t * dilation.
-#include "store.h"
+#include "epilogue.h"
 
 // ---- im2col: column matrix (items, groups, cin_g * kh * kw, out_h * out_w) of a batch of images ----------
 // Row (c, i, j) of group g holds, for every output pixel, the input channel g * cin_g + c under tap (i, j),
@@ -70,29 +70,116 @@ __kernel void col2im(__global store_t* restrict y, const long y_offset, __global
 }
 
 // ---- depthwise: one input channel per group, `multiplier` output channels per input channel -------------
-// Output channel o reads input channel o / multiplier with its own kh x kw weights. Global size
-// (out_h * out_w, items * channels).
+// Output channel o reads input channel o / multiplier with its own KH x KW weights (compile-time constants, so
+// the taps unroll), adds the bias and runs the fused epilogue (cl/epilogue.h). Plane z = item * channels + o of
+// the output reads plane z / multiplier of the input. Two kernels:
+//   depthwise_conv2d   GPUs: work-item (ox, oy, z) computes one pixel: neighbouring work-items read and write
+//                      neighbouring addresses. Global size (out_w rounded up, out_h, items * channels).
+//   depthwise_rows     CPUs: work-item (oy, z) computes output row oy of plane z, DW pixels at a time in a
+//                      floatDW, one vector load and multiply-add per tap, from a copy of the input with its
+//                      padding written out and its columns split by the stride SW (pad_planes), so that no
+//                      load needs a bounds test and a tap's lanes are consecutive at any stride. PoCL ran the per-pixel
+//                      kernel one pixel at a time (about 1 GMAC/s). Global size (out_h, items * channels).
+#ifdef KH
 __kernel void depthwise_conv2d(__global store_t* restrict y, __global const store_t* restrict x,
                                __global const store_t* restrict weight, __global const store_t* restrict bias,
-                               const int has_bias, const int channels, const int multiplier, const int height,
-                               const int width, const int out_h, const int out_w, const int kernel_h,
-                               const int kernel_w, const int stride_h, const int stride_w, const int pad_h,
-                               const int pad_w, const int dilation_h, const int dilation_w) {
-    const int p = get_global_id(0), plane = get_global_id(1);
-    if (p >= out_h * out_w) return;
+                               const int has_bias, EPILOGUE_ARGS, const int channels, const int multiplier,
+                               const int height, const int width, const int out_h, const int out_w,
+                               const int stride_h, const int stride_w, const int pad_h, const int pad_w,
+                               const int dilation_h, const int dilation_w) {
+    const int ox = get_global_id(0), oy = get_global_id(1);
+    const long plane = get_global_id(2);
+    if (ox >= out_w) return;
     const int o = plane % channels;
-    // (item, o) reads plane (item, o / multiplier) of an input with channels / multiplier channels
-    const __global store_t* in = x + (long)(plane / multiplier) * height * width;
-    const __global store_t* w = weight + o * kernel_h * kernel_w;
-    const int top = p / out_w * stride_h - pad_h, left = p % out_w * stride_w - pad_w;
-    float sum = 0.0f;
-    for (int i = 0; i < kernel_h; ++i) {
+    const __global store_t* in = x + plane / multiplier * height * width;
+    const __global store_t* w = weight + o * KH * KW;
+    const int top = oy * stride_h - pad_h, left = ox * stride_w - pad_w;
+    float sum = has_bias ? LOAD(bias, o) : 0.0f;
+    #pragma unroll
+    for (int i = 0; i < KH; ++i) {
         const int row = top + i * dilation_h;
         if (row < 0 || row >= height) continue;
-        for (int j = 0; j < kernel_w; ++j) {
+        #pragma unroll
+        for (int j = 0; j < KW; ++j) {
             const int col = left + j * dilation_w;
-            if (col >= 0 && col < width) sum += LOAD(in, row * width + col) * LOAD(w, i * kernel_w + j);
+            if (col >= 0 && col < width) sum += LOAD(in, row * width + col) * LOAD(w, i * KW + j);
         }
     }
-    STORE(y, (long)plane * out_h * out_w + p, has_bias ? sum + LOAD(bias, o) : sum);
+    const long at = (plane * out_h + oy) * out_w + ox;
+    STORE(y, at, epilogue(sum, residual, at, act_a, act_b));
 }
+
+// DW = 8 lanes: AVX2's width, and no more than a 7x7 image's row wastes. As in gemm_cpu, vectors are built
+// from scalar loads (merged into one vector load where they are consecutive), not vload8, a call on PoCL.
+#define DW 8
+#define LANES(f) (float8)(f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7))
+
+// `padded`: the input planes with their padding (pad_planes), padded_h rows of SW phases of phase_w columns:
+// column c of the padded row is element c / SW of phase c % SW, so that the lanes of a tap, SW columns apart,
+// are consecutive. The phases reach past the last block of DW pixels: lanes past out_w read zeros.
+__kernel void depthwise_rows(__global store_t* restrict y, __global const store_t* restrict padded,
+                             __global const store_t* restrict weight, __global const store_t* restrict bias,
+                             const int has_bias, EPILOGUE_ARGS, const int channels, const int multiplier,
+                             const int padded_h, const int phase_w, const int out_h, const int out_w,
+                             const int stride_h, const int dilation_h, const int dilation_w) {
+    const int padded_w = SW * phase_w;
+    const int oy = get_global_id(0);
+    const long plane = get_global_id(1);
+    if (oy >= out_h) return;
+    const int o = plane % channels;
+    const __global store_t* in = padded + (plane / multiplier * padded_h + oy * stride_h) * padded_w;
+    float taps[KH * KW];  // the row's weights, in registers for all its blocks
+    #pragma unroll
+    for (int t = 0; t < KH * KW; ++t) taps[t] = LOAD(weight, o * KH * KW + t);
+    const float b = has_bias ? LOAD(bias, o) : 0.0f;
+    const long first = (plane * out_h + oy) * out_w;
+    for (int ox = 0; ox < out_w; ox += DW) {
+        float8 acc = b;
+        #pragma unroll
+        for (int i = 0; i < KH; ++i) {
+            #pragma unroll
+            for (int j = 0; j < KW; ++j) {
+                const int shift = j * dilation_w;  // lane l reads padded column (ox + l) * SW + shift
+                const __global store_t* r = in + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
+#define LANE(l) LOAD(r, l)
+                acc += taps[i * KW + j] * LANES(LANE);
+            }
+        }
+        union { float8 v; float s[DW]; } lanes = {acc};
+        const long at = first + ox;
+        if (ox + DW <= out_w) {  // unrolled: straight-line stores the compiler vectorizes
+            #pragma unroll
+            for (int l = 0; l < DW; ++l) STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+        } else {  // the row's last block hangs over its end
+            for (int l = 0; l < out_w - ox; ++l) STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+        }
+    }
+}
+#endif
+
+// ---- pad_planes: planes with zeros around them, their columns split into phases, for depthwise_rows ------
+// Work-item (r, z) writes row r of padded plane z: SW runs of phase_w values, run p holding padded columns p,
+// p + SW, p + 2 * SW...; padded column c is the input's column c - left of row r - top, or 0 outside the input.
+// Global size (padded_h, planes). Built with depthwise_rows's options: the stride a constant here too.
+#ifdef SW
+__kernel void pad_planes(__global store_t* restrict padded, __global const store_t* restrict x, const int height,
+                         const int width, const int padded_h, const int phase_w, const int top, const int left) {
+    const int r = get_global_id(0);
+    const long z = get_global_id(1);
+    if (r >= padded_h) return;
+    __global store_t* out = padded + (z * padded_h + r) * SW * phase_w;
+    const int row = r - top;
+    const bool inside = row >= 0 && row < height;
+    const __global store_t* in = x + (z * height + (inside ? row : 0)) * width - left;
+    for (int p = 0; p < SW; ++p, out += phase_w) {
+        // the phase's columns k with k * SW + p - left in [0, width): [lo, hi), plain loops either side
+        int lo = left > p ? (left - p + SW - 1) / SW : 0;
+        int hi = inside ? (left + width - p + SW - 1) / SW : 0;
+        hi = hi < phase_w ? hi : phase_w;
+        lo = lo < hi ? lo : hi;
+        for (int k = 0; k < lo; ++k) STORE(out, k, 0.0f);
+        for (int k = lo; k < hi; ++k) STORE(out, k, LOAD(in, k * SW + p));
+        for (int k = hi; k < phase_w; ++k) STORE(out, k, 0.0f);
+    }
+}
+#endif

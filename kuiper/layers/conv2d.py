@@ -32,7 +32,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Columns, Gemm, Matrix
+from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Columns, Gemm, Matrix, Scratch
 from kuiper.opencl.winograd import WinogradConv, applies as winograd_applies
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
@@ -165,16 +165,20 @@ class Conv2d(ConvLayer):
     #: the fused steps the GEMM applies as it stores the output (a KernelEpilogue, set by FusedLayer)
     cl_epilogue = NO_EPILOGUE
 
-    @property
-    def takes_opencl_epilogue(self) -> bool:
-        """Whether the OpenCL forward can run a fused epilogue: the GEMM can, the depthwise kernel cannot."""
-        return self.in_channels != self.groups
+    #: the OpenCL forward runs a fused epilogue in the kernel that stores the output (GEMM, Winograd, depthwise)
+    takes_opencl_epilogue = True
 
     def build_opencl(self, rt):
         self.cl_bias = None if self.bias is None else rt.upload(self.bias.ravel())
         # one input channel per group (depthwise, with any channel multiplier): too thin for a GEMM
         if self.in_channels == self.groups:
-            self.cl_depthwise = rt.kernel("conv.cl", "depthwise_conv2d")
+            kh, kw = self.kernel_size
+            # CPUs: a row per work-item, in vectors, from a padded copy of the input; GPUs: a pixel (cl/conv.cl)
+            options = [f"-DKH={kh}", f"-DKW={kw}", f"-DSW={self.stride[1]}", *self.cl_epilogue.options]
+            self.cl_padded = Scratch(rt) if rt.is_cpu else None
+            self.cl_pad = rt.kernel("conv.cl", "pad_planes", options) if rt.is_cpu else None
+            self.cl_depthwise_group = rt.max_local_size()
+            self.cl_depthwise = rt.kernel("conv.cl", "depthwise_rows" if rt.is_cpu else "depthwise_conv2d", options)
             self.cl_weight = rt.upload(self.w_kernel)
             return
         self.cl_depthwise = None
@@ -197,9 +201,7 @@ class Conv2d(ConvLayer):
         (top, _), (left, _) = self.pads
         geometry = (*self.kernel_size, *self.stride, top, left, *self.dilation)
         if self.cl_depthwise is not None:
-            q.run(self.cl_depthwise, (round_up(ho * wo, 16), items * cout), None, y.buffer, x.buffer,
-                  self.cl_weight, self.cl_weight if self.cl_bias is None else self.cl_bias,
-                  int(self.cl_bias is not None), cout, cout // cin, h, w, ho, wo, *geometry)
+            self._depthwise_opencl(q, inputs, y, items)
             return
         cin_g, cout_g, k = cin // g, cout // g, self.w_gemm.shape[2]
         # inputs past the first are the tensors a fused epilogue adds
@@ -227,6 +229,27 @@ class Conv2d(ConvLayer):
             self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
                                 b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
                                 groups=g, items=count, variant=variant, **bias)
+
+    def _depthwise_opencl(self, q, inputs, y, items: int) -> None:
+        x, (h, w), (ho, wo) = inputs[0], inputs[0].shape[-2:], y.shape[-2:]
+        cin, cout = self.in_channels, self.out_channels
+        (sh, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
+        (top, _), (left, _) = self.pads
+        common = (self.cl_weight, self.cl_weight if self.cl_bias is None else self.cl_bias,
+                  int(self.cl_bias is not None), *self.cl_epilogue.args(inputs, y), cout, cout // cin)
+        if self.cl_pad is None:
+            q.run(self.cl_depthwise, (round_up(wo, 8), ho, items * cout), None, y.buffer, x.buffer, *common, h, w,
+                  ho, wo, sh, sw, top, left, dh, dw)
+            return
+        # the rows, and the columns of each of the sw phases, that the windows of every output row's blocks of 8
+        # pixels reach, padding included
+        padded_h, phase_w = (ho - 1) * sh + (kh - 1) * dh + 1, round_up(wo, 8) + (kw - 1) * dw // sw
+        padded = self.cl_padded.fit(4 * items * cin * padded_h * sw * phase_w)
+        q.run(self.cl_pad, (padded_h, items * cin), None, padded, x.buffer, h, w, padded_h, phase_w, top, left)
+        # a work-group per output plane: PoCL's own choice ran 32 planes of 112x112 about half as fast
+        local = (ho, 1) if ho <= self.cl_depthwise_group else None
+        q.run(self.cl_depthwise, (ho, items * cout), local, y.buffer, padded, *common, padded_h, phase_w, ho, wo,
+              sh, dh, dw)
 
     def gemm_dims(self, shapes) -> tuple:
         """(m, n, stack) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and item."""

@@ -187,8 +187,10 @@ class Expression(Layer):
             self.cl_constant = rt.upload(kept_nonzero(self.run_numpy()[0], rt.stored(np.float32)))
             return
         inputs = ",".join(f"INPUT({i})" for i in self.operands)
+        self.cl_rows = rt.is_cpu  # work-items by rows of the innermost dim (cl/expression.cl)
+        rows = ["-DROWS", "-DBASES=" + "".join(f"BASE({i})" for i in self.operands)] if self.cl_rows else []
         self.cl_kernel = rt.kernel("expression.cl", "expression",
-                                   [f"-DINPUTS={inputs}", f"-DEXPR={opencl_expression(self.tree)}"])
+                                   [f"-DINPUTS={inputs}", f"-DEXPR={opencl_expression(self.tree)}", *rows])
 
     def forward_opencl(self, q, inputs, outputs):
         out = outputs[0]
@@ -201,8 +203,10 @@ class Expression(Layer):
             return
         ndim, dims, strides = layout
         pairs = [arg for i, st in zip(self.operands, strides) for arg in (inputs[i].buffer, st)]
-        q.run(self.cl_kernel, (round_up(out.size, 256),), None,
-              out.buffer, np.int32(out.size), np.int32(ndim), dims, *pairs)
+        row = int(dims[0])
+        span = min(row, ROW_SPAN) if self.cl_rows else 1  # elements per work-item
+        size = (-(-row // span), out.size // row) if self.cl_rows else (round_up(out.size, 256), 1)
+        q.run(self.cl_kernel, size, None, out.buffer, out.size, span, ndim, dims, *pairs)
 
 
 def kept_nonzero(value: np.ndarray, storage: np.dtype) -> np.ndarray:
@@ -231,6 +235,8 @@ def opencl_expression(tree) -> str:
     return f"fn_{tree.name}({','.join(opencl_expression(arg) for arg in tree.args)})"
 
 
+#: on CPUs, a work-item computes a run of at most this many elements of a row (cl/expression.cl)
+ROW_SPAN = 4096
 #: how many dims cl/expression.cl walks: its extents and strides are int8 vectors
 CL_DIMS = 8
 #: OpenCL promises 1024 bytes of kernel arguments: 48 for the output's, 40 per input (pointer and strides)

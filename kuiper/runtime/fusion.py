@@ -3,7 +3,8 @@ before it, and let element-wise operators overwrite their input instead of writi
 
 Two rewrites, over the operators in execution order:
 
-- **Fuse**: an activation that works in place (ReLU, clamps: ElementwiseLayer.in_place) or a sum of two
+- **Fuse**: an activation that works in place (ReLU, clamps: ElementwiseLayer.in_place; on OpenCL, every
+  activation with an OpenCL formula, since its kernel can overwrite its input) or a sum of two
   same-shape tensors (pnnx.Expression add(@0,@1): ResNet's residual add) whose input has no other reader
   joins the operator that produced that input, if that operator's layer applies an epilogue itself
   (`forward_epilogue`, as the fast CPU convolution does, band by band while the band is in the cache; or
@@ -27,15 +28,18 @@ from kuiper.layers.fused import EpilogueStep, FusedLayer
 from kuiper.runtime.operators import RuntimeOperator
 
 
-def fuse(order: list, graph_ends: set) -> list:
+def fuse(order: list, graph_ends: set, on_device: bool = False) -> list:
     """Rewrite `order` (operators in execution order, linked) as described above; returns the new operator
-    list, still in execution order. `graph_ends` are the names of the graph's input and output operands."""
+    list, still in execution order. `graph_ends` are the names of the graph's input and output operands.
+    on_device: the layers run on OpenCL, where every activation with an OpenCL formula (`cl_function`) works in
+    place, whether or not its numpy forward does."""
     groups = {}  # name of an operand a fused group ends in -> that group (a dict, see _extend)
     removed = set()
     for op in order:
         if op.layer is None or len(op.output_operands) != 1 or op.output_operand.name in graph_ends:
             continue
-        if isinstance(op.layer, ElementwiseLayer) and op.layer.in_place and len(op.input_operands) == 1:
+        if isinstance(op.layer, ElementwiseLayer) and len(op.input_operands) == 1 and (
+                op.layer.in_place or on_device and getattr(op.layer, "cl_function", None) is not None):
             sources = op.input_operands
         elif isinstance(op.layer, Expression) and op.layer.adds_two_inputs:
             # the sum has one input's shape (as the file records it), not a broadcast larger one

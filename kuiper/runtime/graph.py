@@ -179,7 +179,7 @@ class RuntimeGraph:
         self.unfused_order = self._schedule()
         if self.executor.fuses:
             ends = {o.name for o in self.output_operands} | {op.output_operand.name for op in self.input_operators}
-            self.operators = fusion.fuse(self.unfused_order, ends)
+            self.operators = fusion.fuse(self.unfused_order, ends, on_device=self.executor.device)
             self.operands = {o.name: o for op in self.operators for o in op.output_operands}
         self.order = self._schedule()
         self.executor.build(self.order)

@@ -1,12 +1,14 @@
 """nn.Conv2d on OpenCL (im2col + GEMM on CPUs, implicit im2col in the GEMM on GPUs, 1x1 as a plain GEMM,
 depthwise direct: cl/conv.cl, cl/gemm.cl) against its numpy forward, on the numpy tests' cases, with batches
-split into chunks, with the other device type's kernels and with every GEMM variant."""
+split into chunks, with the other device type's kernels (GEMM and depthwise) and with every GEMM variant."""
 
 import numpy as np
 import pytest
 
+import kuiper
 import kuiper.opencl.gemm
-from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
+from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy, write_model
+from kuiper.opencl import spec_of
 from test_conv2d import CASES, make_conv
 
 RNG = np.random.default_rng(19)
@@ -42,8 +44,9 @@ def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
     check(CASES["groups3 stride2"], cl_runtime)
 
 
-@pytest.mark.parametrize("name", ["groups3 stride2", "pointwise grouped", "7x7 stride2 pad3"])
-def test_other_gemm_variant_opencl(cl_runtime, monkeypatch, name):
+@pytest.mark.parametrize("name", ["groups3 stride2", "pointwise grouped", "7x7 stride2 pad3", "depthwise stride2",
+                                  "depthwise multiplier same"])
+def test_other_device_kinds_kernels_opencl(cl_runtime, monkeypatch, name):
     monkeypatch.setattr(cl_runtime, "is_cpu", not cl_runtime.is_cpu)
     check(CASES[name], cl_runtime)
 
@@ -55,3 +58,34 @@ def test_every_gemm_variant_opencl(cl_runtime, name):
     x = RNG.standard_normal(CASES[name]["input_shape"], dtype=np.float32)
     names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
     assert {n.split()[0] for n in names} == {"cpu", "gpu"}
+
+
+def residual_graph(tmp_path, rt, groups: int, shape: tuple):
+    """A 3x3 convolution of `groups` groups on `shape` (N, 4, H, W), plus its input, through LeakyReLU, then
+    flattened (a graph output is never fused): the reference backend's output for a random input, the input, and
+    the graph on OpenCL with one fused operator `nn.Conv2d+pnnx.Expression+nn.LeakyReLU`."""
+    n, c, h, w = shape
+    conv = (f"in_channels=4 out_channels=4 kernel_size=(3,3) stride=(1,1) padding=(1,1) dilation=(1,1) "
+            f"groups={groups} bias=True @weight=(4,{4 // groups},3,3)f32 @bias=(4)f32")
+    text = f"""7767517
+6 5
+pnnx.Input               in0     0 1 x #x=({n},{c},{h},{w})f32
+nn.Conv2d                c       1 1 x a {conv} #a=({n},{c},{h},{w})f32
+pnnx.Expression          add     2 1 a x s expr=add(@0,@1) #s=({n},{c},{h},{w})f32
+nn.LeakyReLU             act     1 1 s t negative_slope=0.1 #t=({n},{c},{h},{w})f32
+torch.flatten            flat    1 1 t y start_dim=1 end_dim=-1 #y=({n},{c * h * w})f32
+pnnx.Output              out     1 0 y
+"""
+    weights = {"c.weight": RNG.standard_normal((4, 4 // groups, 3, 3)), "c.bias": RNG.standard_normal(4)}
+    path = write_model(tmp_path, "residual", text, weights)
+    x = RNG.standard_normal(shape, dtype=np.float32)
+    graph = kuiper.load(path, backend="opencl", device=spec_of(rt.device))
+    assert [op.type for op in graph.order][1] == "nn.Conv2d+pnnx.Expression+nn.LeakyReLU"
+    return kuiper.load(path, backend="reference").forward(x)[0], x, graph
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+def test_the_depthwise_kernels_run_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, cpu):
+    monkeypatch.setattr(cl_runtime, "is_cpu", cpu)  # depthwise_rows, or depthwise_conv2d
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 4, (2, 4, 9, 11))
+    np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)

@@ -5,11 +5,10 @@ residual sum and activation stored by the output transform."""
 import numpy as np
 import pytest
 
-import kuiper
 import kuiper.opencl.winograd as winograd
-from conftest import assert_opencl_matches_numpy, write_model
-from kuiper.opencl import spec_of
+from conftest import assert_opencl_matches_numpy
 from test_conv2d import make_conv
+from test_conv2d_opencl import residual_graph
 
 RNG = np.random.default_rng(23)
 WINOGRAD = "winograd F4"
@@ -54,26 +53,9 @@ def test_the_rule_takes_winograd_for_enough_tiles_on_cpus_and_large_layers_on_gp
     assert layer.variants.rule(large) != WINOGRAD
 
 
-CONV3 = "in_channels=4 out_channels=4 kernel_size=(3,3) stride=(1,1) padding=(1,1) dilation=(1,1) groups=1 " \
-        "bias=True @weight=(4,4,3,3)f32 @bias=(4)f32"
-# conv -> add the input -> LeakyReLU: the fusion pass folds all three into the convolution
-RESIDUAL = f"""7767517
-5 4
-pnnx.Input               in0     0 1 x #x=(2,4,9,6)f32
-nn.Conv2d                c       1 1 x a {CONV3} #a=(2,4,9,6)f32
-pnnx.Expression          add     2 1 a x s expr=add(@0,@1) #s=(2,4,9,6)f32
-nn.LeakyReLU             act     1 1 s y negative_slope=0.1 #y=(2,4,9,6)f32
-pnnx.Output              out     1 0 y
-"""
-
-
 def test_the_output_transform_runs_the_fused_epilogue(cl_runtime, tmp_path):
-    weights = {"c.weight": RNG.standard_normal((4, 4, 3, 3)), "c.bias": RNG.standard_normal(4)}
-    path = write_model(tmp_path, "residual", RESIDUAL, weights)
-    x = RNG.standard_normal((2, 4, 9, 6), dtype=np.float32)
-    expected = kuiper.load(path, backend="reference").forward(x)[0]
-    graph = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
-    (fused,) = [op.layer for op in graph.order if op.type.startswith("nn.Conv2d+")]
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 4, 9, 6))
+    fused = graph.order[1].layer
     fused.main.variants.use(((2, 4, 9, 6), (2, 4, 9, 6)), WINOGRAD)
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
     assert fused.main.winograd.tiles_in.buffer is not None  # Winograd ran: it made its tiles' buffer

@@ -78,8 +78,11 @@ def test_more_than_eight_dims_after_merging_has_no_layout():
     ((3, 5, 7, 9), (5, 1, 9)), ((1, 5, 1, 9), (3, 1, 7, 1)), ((13,), (7, 1)), ((), (3, 5)), ((3, 1, 7), ()),
     ((2, 1, 3, 1, 5, 1, 7), (1, 4, 1, 6, 1, 8, 1)),    # 7 dims that do not merge
     ((2, 1) * 4 + (2,), (1, 2) * 4 + (1,)),            # 9 such dims: beyond the kernel, run on the host
+    ((3, 9000), (3, 1)),                               # rows longer than a CPU work-item's run
 ])
-def test_broadcasting_matches_numpy(cl_runtime, a, b):
+@pytest.mark.parametrize("cpu", [True, False])
+def test_broadcasting_matches_numpy(cl_runtime, monkeypatch, a, b, cpu):
+    monkeypatch.setattr(cl_runtime, "is_cpu", cpu)  # runs along rows (CPUs), or an element per work-item
     layer = expression("add(mul(@0,@1),sub(@1,2.5))", a, b)
     assert_opencl_matches_numpy(layer, cl_runtime, rand(*a), rand(*b))
 
