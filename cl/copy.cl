@@ -6,9 +6,9 @@
 // bits are moved, never converted, so one program serves every dtype of that size and NaNs pass unchanged.
 // The host merges dims that are contiguous on both sides, leaving `rank` of them (1 to 6); sizes and
 // strides are arguments, so one program serves every shape. Slot 0 holds the outermost dim, slots 7-rank
-// to 5 the inner ones in order; the slots between are unused. Work-item i handles element i of the shape
-// in row-major order: consecutive work-items write consecutive elements whenever the destination's
-// innermost stride is 1, which the callers arrange.
+// to 5 the inner ones in order; the slots between are unused. On GPUs, work-item i handles element i of the
+// shape in row-major order: consecutive work-items write consecutive elements whenever the destination's
+// innermost stride is 1, which the callers arrange. On CPUs (-DROWS), runs of rows: see the kernel.
 
 // peel coordinate k off the remaining row-major index r and move both offsets along dim k
 #define STEP(k)                  \
@@ -24,7 +24,25 @@ __kernel void strided_copy(__global T* restrict dst, const int dst_offset,
                            const int n1, const int n2, const int n3, const int n4, const int n5,
                            const int ds0, const int ds1, const int ds2, const int ds3, const int ds4,
                            const int ds5, const int ss0, const int ss1, const int ss2, const int ss3,
-                           const int ss4, const int ss5) {
+                           const int ss4, const int ss5, const int span) {
+#ifdef ROWS
+    // CPUs: work-item (j, row) copies run j of `span` elements of innermost row `row` (of slot 5, or of the one
+    // dim when rank is 1): the divisions find the row, once per run, and the loop along it is one PoCL
+    // vectorizes (a division per element made permutes ~10x slower there)
+    const int j = get_global_id(0);
+    int r = get_global_id(1), d = dst_offset, s = src_offset, inner = n, dd = ds0, sd = ss0;
+    if (rank > 1) {
+        inner = n5, dd = ds5, sd = ss5;
+        if (rank > 2) STEP(4)
+        if (rank > 3) STEP(3)
+        if (rank > 4) STEP(2)
+        if (rank > 5) STEP(1)
+        d += r * ds0;
+        s += r * ss0;
+    }
+    const int end = min(inner, (j + 1) * span);
+    for (int k = j * span; k < end; ++k) dst[d + k * dd] = src[s + k * sd];
+#else
     const int i = get_global_id(0);
     if (i >= n) {
         return;
@@ -41,4 +59,5 @@ __kernel void strided_copy(__global T* restrict dst, const int dst_offset,
     d += r * ds0;
     s += r * ss0;
     dst[d] = src[s];
+#endif
 }

@@ -34,7 +34,7 @@ from kuiper.layers.base import Layer
 from kuiper.layers.elementwise import erf
 from kuiper.layers.expression_parser import Apply, ExpressionSyntaxError, Literal, Operand, parse, to_rpn
 from kuiper.layers.registry import register
-from kuiper.opencl import round_up
+from kuiper.opencl.runtime import ROW_SPAN, round_up
 from kuiper.pnnx.dtypes import numpy_dtype
 
 
@@ -235,8 +235,6 @@ def opencl_expression(tree) -> str:
     return f"fn_{tree.name}({','.join(opencl_expression(arg) for arg in tree.args)})"
 
 
-#: on CPUs, a work-item computes a run of at most this many elements of a row (cl/expression.cl)
-ROW_SPAN = 4096
 #: how many dims cl/expression.cl walks: its extents and strides are int8 vectors
 CL_DIMS = 8
 #: OpenCL promises 1024 bytes of kernel arguments: 48 for the output's, 40 per input (pointer and strides)

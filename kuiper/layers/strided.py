@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kuiper.opencl import round_up
+from kuiper.opencl.runtime import ROW_SPAN, round_up
 
 #: the most dims cl/copy.cl walks (after merging)
 MAX_RANK = 6
@@ -98,7 +98,8 @@ class StridedCopy:
     def kernel(self, itemsize: int):
         kernel = self._kernels.get(itemsize)
         if kernel is None:
-            kernel = self.rt.kernel("copy.cl", "strided_copy", [f"-DT={WORD_TYPES[itemsize]}"])
+            kernel = self.rt.kernel("copy.cl", "strided_copy",
+                                    [f"-DT={WORD_TYPES[itemsize]}", *(["-DROWS"] if self.rt.is_cpu else [])])
             self._kernels[itemsize] = kernel
         return kernel
 
@@ -129,9 +130,14 @@ class StridedCopy:
         slots = dims[:1] + ((1, 0, 0),) * (MAX_RANK - len(dims)) + dims[1:]
         sizes, dst_strides, src_strides = zip(*slots)
         count = math.prod(sizes)
-        q.run(self.kernel(dst.tensor.dtype.itemsize), (round_up(count, 256),), None,
-              dst.tensor.buffer, np.int32(dst.offset), src.tensor.buffer, np.int32(src.offset), np.int32(count),
-              np.int32(len(dims)), *(np.int32(v) for v in sizes[1:] + dst_strides + src_strides))
+        if self.rt.is_cpu:  # runs along the innermost dim's rows (cl/copy.cl)
+            inner = sizes[-1] if len(dims) > 1 else count
+            span = min(inner, ROW_SPAN)
+            size = (-(-inner // span), count // inner)
+        else:
+            span, size = 1, (round_up(count, 256),)
+        q.run(self.kernel(dst.tensor.dtype.itemsize), size, None, dst.tensor.buffer, int(dst.offset),
+              src.tensor.buffer, int(src.offset), count, len(dims), *sizes[1:], *dst_strides, *src_strides, span)
 
     def permute(self, q, dst, src, axes) -> None:
         """dst = src with its dims reordered, both contiguous: dim i of dst is dim axes[i] of src.

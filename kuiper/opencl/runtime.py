@@ -32,6 +32,11 @@ PRECISIONS = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
+#: on CPUs, a kernel that walks rows (cl/copy.cl, cl/expression.cl) gives each work-item runs of at most this
+#: many elements: long enough to pay for finding the row, short enough to share a long row between cores
+ROW_SPAN = 4096
+
+
 def round_up(n: int, multiple: int) -> int:
     """n rounded up to a multiple: global sizes stay divisible by any power-of-two local size the driver
     picks, and kernels bounds-check the extra work-items."""

@@ -70,8 +70,11 @@ def test_permute(cl_runtime, batch, dims):
     ((2, 3, 1, 5, 7), (0, 3, 1, 4, 2)),   # a size-1 dim in the middle
     ((2, 3, 4, 5, 6), (4, 3, 2, 1, 0)),
     ((2, 3, 2, 4, 3, 2), (5, 0, 4, 1, 3, 2)),  # six dims that do not merge: the kernel's full rank
+    ((2, 3, 4500), (1, 0, 2)),            # rows longer than a CPU work-item's run (ROW_SPAN)
 ])
-def test_permute_of_other_ranks(cl_runtime, shape, dims):
+@pytest.mark.parametrize("cpu", [True, False])
+def test_permute_of_other_ranks(cl_runtime, monkeypatch, shape, dims, cpu):
+    monkeypatch.setattr(cl_runtime, "is_cpu", cpu)  # runs along rows (CPUs), or an element per work-item
     check(cl_runtime, layer("Tensor.permute", {"dims": dims}, recorded=[shape]), rand(*shape))
 
 
