@@ -100,17 +100,13 @@ __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* res
         #pragma unroll
         for (int v = 0; v < NV; ++v) row.v[v] = acc[r][v];
         const long at = (long)m * ldc + n0;
-        if (fresh == 0) {
-            // the common case, unrolled: straight-line stores the compiler vectorizes. The general loop below
-            // costs more than the products when K is short (Winograd's K = Cin = 64: 33 GMAC/s against 77 at
-            // K = 4608 on PoCL, Zen 4)
+        if (fresh == 0 && bias_mode != 2) {
+            // the common case, unrolled with the row's one bias value: straight-line stores the compiler
+            // vectorizes. The general loop below costs more than the products when K is short (Winograd's
+            // K = Cin = 64: 33 GMAC/s against 77 at K = 4608 on PoCL, Zen 4)
             const float b = bias_mode == 1 ? LOAD(bias, g * M + m) : 0.0f;
-            const __global store_t* columns = bias + g * N + n0;  // read only with bias_mode 2
             #pragma unroll
-            for (int c = 0; c < NB; ++c) {
-                const float v = row.s[c] + (bias_mode == 2 ? LOAD(columns, c) : b);
-                STORE(C, at + c, epilogue(v, residual, at + c, act_a, act_b));
-            }
+            for (int c = 0; c < NB; ++c) STORE(C, at + c, epilogue(row.s[c] + b, residual, at + c, act_a, act_b));
             continue;
         }
         for (int c = fresh; c < NB; ++c) {
