@@ -31,6 +31,16 @@ inline bool row_span(int s, int out_h, int out_w, int span, int* oy, int* begin,
     return s < out_h * segments;
 }
 
+// A window kernel's start: its run [begin, end) of output row oy (returning past the last row), the input
+// plane z it reads, its output row `out`, and `top`, the input row of the windows' first tap
+#define WINDOW_ROW                                                                             \
+    int oy, begin, end;                                                                        \
+    if (!row_span(get_global_id(0), out_h, out_w, span, &oy, &begin, &end)) return;            \
+    const long z = get_global_id(1);                                                           \
+    const __global store_t* plane = x + z * height * width;                                    \
+    __global store_t* out = y + (z * out_h + oy) * out_w;                                      \
+    const int top = oy * stride_h - pad_h;
+
 #define WINDOW_ARGS                                                                                        \
     __global store_t* restrict y, __global const store_t* restrict x, const int span, const int height,   \
     const int width, const int out_h, const int out_w, const int kernel_h, const int kernel_w,             \
@@ -57,12 +67,7 @@ inline float window_max(const __global store_t* plane, int top, int left, int he
 }
 
 __kernel void max_pool2d(WINDOW_ARGS, const int dilation_h, const int dilation_w) {
-    int oy, begin, end;
-    if (!row_span(get_global_id(0), out_h, out_w, span, &oy, &begin, &end)) return;
-    const long z = get_global_id(1);
-    const __global store_t* plane = x + z * height * width;
-    __global store_t* out = y + (z * out_h + oy) * out_w;
-    const int top = oy * stride_h - pad_h;
+    WINDOW_ROW
     // the outputs in [lo, hi) have every column of their window inside the input
     const int reach = width + pad_w - (kernel_w - 1) * dilation_w;
     int lo = (pad_w + stride_w - 1) / stride_w, hi = reach > 0 ? (reach - 1) / stride_w + 1 : 0;
@@ -80,12 +85,7 @@ __kernel void max_pool2d(WINDOW_ARGS, const int dilation_h, const int dilation_w
 // divisor_override when it is not 0, else by the window's size: the positions inside the input, plus with
 // count_include_pad those in the padding, never the part of a ceil_mode window past the right padding.
 __kernel void avg_pool2d(WINDOW_ARGS, const int count_include_pad, const int divisor_override) {
-    int oy, begin, end;
-    if (!row_span(get_global_id(0), out_h, out_w, span, &oy, &begin, &end)) return;
-    const long z = get_global_id(1);
-    const __global store_t* plane = x + z * height * width;
-    __global store_t* out = y + (z * out_h + oy) * out_w;
-    const int top = oy * stride_h - pad_h;
+    WINDOW_ROW
     const int bottom = min(top + kernel_h, height + pad_h);
     const int rows = count_include_pad ? bottom - top : min(bottom, height) - max(top, 0);
     for (int ox = begin; ox < end; ++ox) {

@@ -92,6 +92,7 @@ class StridedCopy:
 
     def __init__(self, rt):
         self.rt = rt
+        self.rows = rt.is_cpu  # runs along the innermost dim's rows on CPUs, an element per work-item on GPUs
         self._kernels = {}
         self.kernel(rt.stored(np.float32).itemsize)
 
@@ -99,7 +100,7 @@ class StridedCopy:
         kernel = self._kernels.get(itemsize)
         if kernel is None:
             kernel = self.rt.kernel("copy.cl", "strided_copy",
-                                    [f"-DT={WORD_TYPES[itemsize]}", *(["-DROWS"] if self.rt.is_cpu else [])])
+                                    [f"-DT={WORD_TYPES[itemsize]}", *(["-DROWS"] if self.rows else [])])
             self._kernels[itemsize] = kernel
         return kernel
 
@@ -130,7 +131,7 @@ class StridedCopy:
         slots = dims[:1] + ((1, 0, 0),) * (MAX_RANK - len(dims)) + dims[1:]
         sizes, dst_strides, src_strides = zip(*slots)
         count = math.prod(sizes)
-        if self.rt.is_cpu:  # runs along the innermost dim's rows (cl/copy.cl)
+        if self.rows:  # (cl/copy.cl)
             inner = sizes[-1] if len(dims) > 1 else count
             span = min(inner, ROW_SPAN)
             size = (-(-inner // span), count // inner)
