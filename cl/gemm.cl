@@ -45,9 +45,13 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 #define NB (NV * VN)
 #if VN == 16
 #define floatV float16
+#ifdef KUIPER_HALF  // one call, not 16 inlined conversions: PoCL compiled the unrolled form for 3-5 s a launch size
+#define LOADV(p) vload_half16(0, p)
+#else
 #define LOADV(p) (float16)(LOAD(p, 0), LOAD(p, 1), LOAD(p, 2), LOAD(p, 3), LOAD(p, 4), LOAD(p, 5), LOAD(p, 6), \
                            LOAD(p, 7), LOAD(p, 8), LOAD(p, 9), LOAD(p, 10), LOAD(p, 11), LOAD(p, 12), LOAD(p, 13), \
                            LOAD(p, 14), LOAD(p, 15))
+#endif
 #elif VN == 4
 #define floatV float4
 #define LOADV(p) (float4)(LOAD(p, 0), LOAD(p, 1), LOAD(p, 2), LOAD(p, 3))
@@ -100,6 +104,7 @@ __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* res
         #pragma unroll
         for (int v = 0; v < NV; ++v) row.v[v] = acc[r][v];
         const long at = (long)m * ldc + n0;
+#ifndef KUIPER_HALF  // half storage takes the loop: the unrolled stores compile for seconds on PoCL
         if (fresh == 0 && bias_mode != 2) {
             // the common case, unrolled with the row's one bias value: straight-line stores the compiler
             // vectorizes. The general loop below costs more than the products when K is short (Winograd's
@@ -109,6 +114,7 @@ __kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* res
             for (int c = 0; c < NB; ++c) STORE(C, at + c, epilogue(row.s[c] + b, residual, at + c, act_a, act_b));
             continue;
         }
+#endif
         for (int c = fresh; c < NB; ++c) {
             const float v = row.s[c] + bias_of(bias, bias_mode, g, m, n0 + c, M, N);
             STORE(C, at + c, epilogue(v, residual, at + c, act_a, act_b));

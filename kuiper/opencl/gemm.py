@@ -42,8 +42,10 @@ from kuiper.variants import Variant, Variants
 CPU_ROWS = 6
 #: (columns per block, NV, VN) from widest to narrowest; a product narrower than a block uses the next
 CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
-#: gemm_cpu's work-group in blocks, (columns, rows): 2 x 32 blocks of 32 x 6 = a 64 x 192 cache block
-CPU_GROUP = (2, 32)
+#: gemm_cpu's work-groups in blocks, (columns, rows), largest first: 2 x 32 blocks of 32 x 6 = a 64 x 192 cache
+#: block. Only these few: PoCL compiles a kernel again for every new work-group size it is launched with (0.3-5 s
+#: each), and ResNet-18 alone made seven of them when the size followed each product's edges
+CPU_GROUPS = ((2, 32), (2, 8), (2, 2), (1, 1))
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
 #: whose columns need more is processed in chunks of items
@@ -264,15 +266,13 @@ class Gemm:
         return max(1, min(-(-wanted // tiles), k // SPLIT_SPAN))
 
     def _cpu_group(self, column_blocks: int, row_blocks: int, stack: int) -> tuple:
-        """CPU_GROUP, no larger than the product, halved (rows first) until every core gets a few groups."""
-        x, y = min(CPU_GROUP[0], column_blocks), min(CPU_GROUP[1], row_blocks)
+        """The largest of CPU_GROUPS that gives every core a few groups (the global size is rounded up to it: the
+        work-items past the product return at once)."""
         wanted = 4 * self.rt.device.max_compute_units
-        while x * y > 1 and -(-column_blocks // x) * -(-row_blocks // y) * stack < wanted:
-            if y > 1:
-                y = -(-y // 2)
-            else:
-                x = -(-x // 2)
-        return x, y
+        for x, y in CPU_GROUPS:
+            if -(-column_blocks // x) * -(-row_blocks // y) * stack >= wanted:
+                return x, y
+        return CPU_GROUPS[-1]
 
     def _gpu_tiles(self, m: int, n: int, stack: int) -> tuple:
         """The largest usable tiles that the product fills more than half of, with one tile for every compute
