@@ -1,6 +1,14 @@
-// Resizing (kuiper/layers/upsample.py): one work-item per output element of a flat (planes, out_h, out_w)
-// array, so consecutive work-items write consecutive elements. Each work-item computes its taps along H and W
-// in float32 exactly as the numpy path's plans do; `scale_h`/`scale_w` are the host's source_scale.
+// Resizing (kuiper/layers/upsample.py) of a flat (planes, out_h, out_w) array. Every mode is separable: an
+// output pixel sums TAPS input rows times TAPS input columns, each axis's taps (input position, weight) computed
+// from the output position in float32 exactly as the numpy path's plans are; `scale_h`/`scale_w` are the host's
+// source_scale. Built with -DTAPS=1 (nearest, nearest-exact), 2 (bilinear) or 4 (bicubic); the last argument,
+// `flag`, is nearest's `exact` or the interpolating modes' align_corners.
+//
+// GPUs: work-item i computes output element i, so consecutive work-items write consecutive elements.
+// CPUs (-DROWS): work-item r computes output row r of all planes' rows, its row taps once: the divisions that
+// find a pixel's row and plane, 10-25x dearer than the rest on PoCL, run once a row.
+//
+// The built-ins of the tap arithmetic (floor, fmin, clamp) are written as comparisons: each is a call on PoCL.
 
 #include "store.h"
 
@@ -9,107 +17,109 @@
 
 #define CUBIC_A -0.75f  // PyTorch's cubic convolution parameter
 
-// Output element i as (column, row, plane).
-int3 output_position(int i, int out_h, int out_w) {
-    return (int3)(i % out_w, i / out_w % out_h, i / out_w / out_h);
+inline int floor_int(float v) {
+    const int t = (int)v;  // rounds toward zero
+    return (float)t > v ? t - 1 : t;
 }
 
+#if TAPS == 1
 // ---- nearest, nearest-exact: the one input position output o copies --------------------------------------
-int nearest_source(int o, int in_size, int out_size, float scale, int exact) {
-    if (exact) return min((int)floor(((float)o + 0.5f) * scale), in_size - 1);
-    if (out_size == in_size) return o;  // PyTorch's exact shortcuts for scale 1 and 2
-    if (out_size == 2 * in_size) return o / 2;
-    return min((int)floor((float)o * scale), in_size - 1);
+void axis_taps(int o, int in_size, int out_size, float scale, int exact, int* index, float* weight) {
+    int source;
+    if (exact) source = floor_int(((float)o + 0.5f) * scale);
+    else if (out_size == in_size) source = o;  // PyTorch's exact shortcuts for scale 1 and 2
+    else if (out_size == 2 * in_size) source = o / 2;
+    else source = floor_int((float)o * scale);
+    index[0] = source < in_size - 1 ? source : in_size - 1;
 }
-
-__kernel void resize_nearest(__global store_t* restrict y, __global const store_t* restrict x, const int n,
-                             const int in_h, const int in_w, const int out_h, const int out_w,
-                             const float scale_h, const float scale_w, const int exact) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    const int3 p = output_position(i, out_h, out_w);
-    const int h = nearest_source(p.y, in_h, out_h, scale_h, exact);
-    const int w = nearest_source(p.x, in_w, out_w, scale_w, exact);
-    STORE(y, i, LOAD(x, (p.z * in_h + h) * in_w + w));
-}
-
+#else
 // ---- interpolation: a few taps per axis (input position, weight) ------------------------------------------
 // Where output o sits on the input axis: the corners line up, or the pixel centres (o + 0.5) do.
-float source_position(int o, float scale, int align_corners) {
+inline float source_position(int o, float scale, int align_corners) {
     return align_corners ? scale * (float)o : scale * ((float)o + 0.5f) - 0.5f;
 }
 
 // The input position left of `real` (at most the last), and how far past it `real` lies, within [0, 1].
-int floor_and_fraction(float real, int in_size, float* fraction) {
-    const float left = fmin(floor(real), (float)(in_size - 1));
-    *fraction = clamp(real - left, 0.0f, 1.0f);
-    return (int)left;
+inline int floor_and_fraction(float real, int in_size, float* fraction) {
+    const int left = min(floor_int(real), in_size - 1);
+    const float f = real - (float)left;
+    *fraction = f < 0.0f ? 0.0f : f > 1.0f ? 1.0f : f;
+    return left;
 }
 
-// out = sum over column taps c of col_weight[c] * (sum over row taps r of row_weight[r] * plane[row[r], col[c]]):
-// rows first, in tap order, as the numpy path resamples H and then W.
-float separable_sum(const __global store_t* plane, int in_w, int taps, const int* row, const float* row_weight,
-                    const int* col, const float* col_weight) {
-    float sum = 0.0f;
-    for (int c = 0; c < taps; ++c) {
-        float column = 0.0f;
-        for (int r = 0; r < taps; ++r) column += LOAD(plane, row[r] * in_w + col[c]) * row_weight[r];
-        sum += column * col_weight[c];
-    }
-    return sum;
-}
-
+#if TAPS == 2
 // Two taps either side of the source position (positions left of pixel 0's centre read pixel 0); an unchanged
 // size copies, as PyTorch does whatever the scale says.
-void linear_taps(int o, int in_size, int out_size, float scale, int align_corners, int* index, float* weight) {
+void axis_taps(int o, int in_size, int out_size, float scale, int align_corners, int* index, float* weight) {
     float fraction = 0.0f;
     if (out_size == in_size) {
         index[0] = index[1] = o;
     } else {
-        index[0] = floor_and_fraction(fmax(source_position(o, scale, align_corners), 0.0f), in_size, &fraction);
-        index[1] = min(index[0] + 1, in_size - 1);
+        const float real = source_position(o, scale, align_corners);
+        index[0] = floor_and_fraction(real > 0.0f ? real : 0.0f, in_size, &fraction);
+        index[1] = index[0] + 1 < in_size ? index[0] + 1 : in_size - 1;
     }
     weight[0] = 1.0f - fraction;
     weight[1] = fraction;
 }
-
-__kernel void resize_bilinear(__global store_t* restrict y, __global const store_t* restrict x, const int n,
-                              const int in_h, const int in_w, const int out_h, const int out_w,
-                              const float scale_h, const float scale_w, const int align_corners) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    const int3 p = output_position(i, out_h, out_w);
-    int row[2], col[2];
-    float row_weight[2], col_weight[2];
-    linear_taps(p.y, in_h, out_h, scale_h, align_corners, row, row_weight);
-    linear_taps(p.x, in_w, out_w, scale_w, align_corners, col, col_weight);
-    STORE(y, i, separable_sum(x + p.z * in_h * in_w, in_w, 2, row, row_weight, col, col_weight));
-}
-
+#else
 // The cubic convolution kernel at distance d: d < 1 (the inner taps) and 1 <= d < 2 (the outer ones).
-float cubic_inner(float d) { return ((CUBIC_A + 2.0f) * d - (CUBIC_A + 3.0f)) * d * d + 1.0f; }
-float cubic_outer(float d) { return ((CUBIC_A * d - 5.0f * CUBIC_A) * d + 8.0f * CUBIC_A) * d - 4.0f * CUBIC_A; }
+inline float cubic_inner(float d) { return ((CUBIC_A + 2.0f) * d - (CUBIC_A + 3.0f)) * d * d + 1.0f; }
+inline float cubic_outer(float d) { return ((CUBIC_A * d - 5.0f * CUBIC_A) * d + 8.0f * CUBIC_A) * d - 4.0f * CUBIC_A; }
 
 // Four taps, positions left-1 .. left+2 clamped to the edge (the source position is not clamped here).
-void cubic_taps(int o, int in_size, float scale, int align_corners, int* index, float* weight) {
+void axis_taps(int o, int in_size, int out_size, float scale, int align_corners, int* index, float* weight) {
     float t;
     const int left = floor_and_fraction(source_position(o, scale, align_corners), in_size, &t);
-    for (int k = 0; k < 4; ++k) index[k] = clamp(left - 1 + k, 0, in_size - 1);
+    for (int k = 0; k < 4; ++k) {
+        const int at = left - 1 + k;
+        index[k] = at < 0 ? 0 : at > in_size - 1 ? in_size - 1 : at;
+    }
     weight[0] = cubic_outer(t + 1.0f);
     weight[1] = cubic_inner(t);
     weight[2] = cubic_inner(1.0f - t);
     weight[3] = cubic_outer(2.0f - t);
 }
+#endif
+#endif
 
-__kernel void resize_bicubic(__global store_t* restrict y, __global const store_t* restrict x, const int n,
-                             const int in_h, const int in_w, const int out_h, const int out_w,
-                             const float scale_h, const float scale_w, const int align_corners) {
+// Output pixel (oy, ox) of `plane` from its row taps and column ox's taps: rows first, in tap order, as the
+// numpy path resamples H and then W; nearest copies the one pixel.
+inline float sample(const __global store_t* plane, int in_w, const int* row, const float* row_weight, int ox,
+                    int out_w, float scale_w, int flag) {
+    int col[TAPS];
+    float col_weight[TAPS];
+    axis_taps(ox, in_w, out_w, scale_w, flag, col, col_weight);
+#if TAPS == 1
+    return LOAD(plane, row[0] * in_w + col[0]);
+#else
+    float sum = 0.0f;
+    for (int c = 0; c < TAPS; ++c) {
+        float column = 0.0f;
+        for (int r = 0; r < TAPS; ++r) column += LOAD(plane, row[r] * in_w + col[c]) * row_weight[r];
+        sum += column * col_weight[c];
+    }
+    return sum;
+#endif
+}
+
+__kernel void resize(__global store_t* restrict y, __global const store_t* restrict x, const int n,
+                     const int in_h, const int in_w, const int out_h, const int out_w,
+                     const float scale_h, const float scale_w, const int flag) {
+    int row[TAPS];
+    float row_weight[TAPS];
+#ifdef ROWS
+    const int r = get_global_id(0);
+    if (r >= n / out_w) return;
+    const __global store_t* plane = x + (long)(r / out_h) * in_h * in_w;
+    axis_taps(r % out_h, in_h, out_h, scale_h, flag, row, row_weight);
+    for (int ox = 0; ox < out_w; ++ox)
+        STORE(y, (long)r * out_w + ox, sample(plane, in_w, row, row_weight, ox, out_w, scale_w, flag));
+#else
     const int i = get_global_id(0);
     if (i >= n) return;
-    const int3 p = output_position(i, out_h, out_w);
-    int row[4], col[4];
-    float row_weight[4], col_weight[4];
-    cubic_taps(p.y, in_h, scale_h, align_corners, row, row_weight);
-    cubic_taps(p.x, in_w, scale_w, align_corners, col, col_weight);
-    STORE(y, i, separable_sum(x + p.z * in_h * in_w, in_w, 4, row, row_weight, col, col_weight));
+    const int ox = i % out_w, oy = i / out_w % out_h, z = i / out_w / out_h;
+    axis_taps(oy, in_h, out_h, scale_h, flag, row, row_weight);
+    STORE(y, i, sample(x + (long)z * in_h * in_w, in_w, row, row_weight, ox, out_w, scale_w, flag));
+#endif
 }

@@ -9,8 +9,9 @@ Output size: `size` when given, otherwise floor(input size * scale_factor). Wher
 the input depends on the scale too: PyTorch uses 1 / scale_factor when the scale was given (and not
 recomputed), and input size / output size otherwise; with align_corners, (input - 1) / (output - 1).
 
-On OpenCL (cl/resize.cl) each work-item computes one output's taps itself, with the same float32 arithmetic,
-from the scales the host computes here: no plan is uploaded, and one program serves every shape.
+On OpenCL (cl/resize.cl) each work-item computes its taps itself, with the same float32 arithmetic, from the
+scales the host computes here: no plan is uploaded, and one program serves every shape. On GPUs a work-item
+computes one output pixel, on CPUs a whole output row.
 """
 
 from __future__ import annotations
@@ -175,14 +176,20 @@ class Upsample(Layer):
     # ---- OpenCL --------------------------------------------------------------------------------------
     def build_opencl(self, rt):
         nearest = self.mode.startswith("nearest")
-        self.cl_kernel = rt.kernel("resize.cl", "resize_nearest" if nearest else f"resize_{self.mode}")
-        # the kernels' last argument: nearest's `exact` (nearest-exact), the interpolating ones' align_corners
+        taps = 1 if nearest else 2 if self.mode == "bilinear" else 4
+        # CPUs: a work-item per output row (cl/resize.cl)
+        self.cl_rows = rt.is_cpu
+        self.cl_kernel = rt.kernel("resize.cl", "resize", [f"-DTAPS={taps}", *(["-DROWS"] if self.cl_rows else [])])
+        # the kernel's last argument: nearest's `exact` (nearest-exact), the interpolating ones' align_corners
         self.cl_flag = np.int32(self.mode == "nearest-exact" if nearest else self.align_corners)
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
+        if not y.size:  # OpenCL refuses an empty range
+            return
         sizes = x.shape[2:] + y.shape[2:]
         scales = (source_scale(in_size, out_size, self.align_corners, scale)
                   for in_size, out_size, scale in zip(x.shape[2:], y.shape[2:], self.kernel_scales))
-        q.run(self.cl_kernel, (round_up(y.size, 256),), None, y.buffer, x.buffer, np.int32(y.size),
-              *map(np.int32, sizes), *scales, self.cl_flag)
+        work = y.size // y.shape[3] if self.cl_rows else y.size
+        q.run(self.cl_kernel, (round_up(work, 64 if self.cl_rows else 256),), None, y.buffer, x.buffer,
+              np.int32(y.size), *map(np.int32, sizes), *scales, self.cl_flag)

@@ -47,3 +47,13 @@ def test_recompute_scale_factor_opencl(cl_runtime, recompute, mode):
 def test_helper_types_opencl(cl_runtime, type_):
     x = RNG.standard_normal((3, 1, 3, 4)).astype(np.float32)
     assert_opencl_matches_numpy(upsample(x.shape, type_, size=(5, 7)), cl_runtime, x)
+
+
+@pytest.mark.parametrize("mode, align_corners, rtol", MODES)
+@pytest.mark.parametrize("cpu", [True, False])
+def test_both_kernel_layouts_opencl(cl_runtime, monkeypatch, cpu, mode, align_corners, rtol):
+    # a row per work-item (CPUs) and a pixel per work-item (GPUs), whatever this device is
+    monkeypatch.setattr(cl_runtime, "is_cpu", cpu)
+    x = RNG.standard_normal(LARGE).astype(np.float32)
+    layer = upsample(LARGE, "F.interpolate", mode=mode, align_corners=align_corners, scale_factor=(1.5, 2.5))
+    assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=rtol)
