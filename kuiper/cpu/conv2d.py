@@ -1,4 +1,4 @@
-"""The numpy backend's Conv2d: the reference's im2col and GEMM (kuiper/layers/conv2d.py), fast, in six variants.
+"""The numpy backend's Conv2d: the reference's im2col and GEMM (kuiper/layers/conv2d.py), fast, in eight variants.
 
     pointwise       1x1 kernels at stride 1 without padding: the input already is the column matrix, no copy
     im2col          any convolution: the column matrix over bands of output rows, in buffers kept between forwards
@@ -6,6 +6,9 @@
     winograd_f2     the same with F(2x2, 3x3)
     depthwise_nchw  one input channel per group (depthwise): the kh*kw taps summed by einsum, channel by channel
     depthwise_hcw   the same over rows that hold every channel side by side (kuiper/cpu/depthwise.py)
+    depthwise_hwc   the same with the channels innermost, for small images of many channels
+    live taps       without the kernel rows and columns that read only padding at this input size
+                    (Conv2d.cropped), by the smaller convolution's own rule
 
 Grouped convolutions are a stack of GEMMs, one per group, in one numpy call. For depthwise convolution those
 GEMMs are 1 x kh*kw by kh*kw x pixels, too thin for BLAS, and their column matrix is kh*kw copies of the
@@ -117,7 +120,11 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
             self.depthwise = depthwise.Depthwise(self.w_kernel, self.bias, self.stride, self.dilation, self.pads,
                                                  self.scratch)
             ways += [self._depthwise_variant(name) for name in depthwise.LAYOUTS]
-        self.variants = Variants(None, (), ways, self._rule)
+        # padding some taps may never leave, for some input sizes (Conv2d.cropped)
+        self.crops = {}
+        if math.prod(self.kernel_size) > 1 and any(map(any, self.pads)):
+            ways.append(Variant("live taps", None, self._live_taps, cpu=True))
+        self.variants = Variants(None, (), ways, self._rule, self._candidates)
 
     def _winograd_variant(self, f: Winograd) -> Variant:
         """F(m x m, 3x3) as a variant: building it transforms the weights, once; each run fetches them."""
@@ -133,6 +140,8 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         """Depthwise convolutions by _depthwise_rule; else F(4x4) if the output has enough of its tiles, else
         F(2x2) if it has enough of those (3x3 stride-1 layers); else pointwise where the kernel allows, else
         im2col."""
+        if "live taps" in self.variants.by_name and self._crop(shapes[0]) is not None:
+            return "live taps"
         if self.depthwise is not None:
             return self._depthwise_rule(shapes[0])
         if self.winograd_ok:
@@ -141,6 +150,10 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
                 if math.prod(f.tiles(ho, wo)) >= WINOGRAD_MIN_TILES:
                     return f"winograd_f{f.m}"
         return "pointwise" if self.pointwise else "im2col"
+
+    def _candidates(self, shapes) -> list:
+        """Every variant, but "live taps" only for input sizes where some taps read nothing but padding."""
+        return [name for name in self.variants.by_name if name != "live taps" or self._crop(shapes[0]) is not None]
 
     def _depthwise_rule(self, shape) -> str:
         """At stride 1, depthwise_nchw for outputs of DEPTHWISE_NCHW_PIXELS or more, else depthwise_hwc (on
@@ -173,6 +186,8 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         variant = self._rule(input_shapes)
         if variant == "pointwise":
             return 0
+        if variant == "live taps":
+            return self._crop(input_shapes[0]).workspace_bytes(input_shapes)
         shape = input_shapes[0]
         n, c, h, w = (math.prod(shape[:-3]), *shape[-3:])
         if variant in depthwise.LAYOUTS:
@@ -227,6 +242,18 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         variant(x, out, epilogue)
 
     # ---- the variants: each adds the bias and runs the epilogue --------------------------------------
+    def _crop(self, shape):
+        """cropped() for this input shape's size, made once."""
+        in_hw = tuple(shape[-2:])
+        if in_hw not in self.crops:
+            self.crops[in_hw] = self.cropped(in_hw)
+        return self.crops[in_hw]
+
+    def _live_taps(self, x, out, epilogue):
+        """The convolution without the taps that read only padding at this input size, by its own rule."""
+        cropped = self._crop(x.shape)
+        cropped.variants.pick((x.shape,))(x, out, epilogue)
+
     def _pointwise(self, x, out, epilogue):
         """1x1, stride 1, no padding: out[n, g] = W[g] @ x[n, g], all batch items and groups in one call."""
         n, g, hw = x.shape[0], self.groups, x.shape[2] * x.shape[3]

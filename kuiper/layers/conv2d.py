@@ -22,6 +22,9 @@ shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM 
 convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
 a GEMM to pay. A residual sum and an activation fused after the convolution (kuiper/layers/fused.py) run in
 the GEMM's epilogue (`cl_epilogue`), as each output value is stored.
+
+Both fast backends first drop the kernel rows and columns that read only padding at the input's size
+(`cropped`): DeepLab's atrous 3x3 branches on a small map are 1x1 convolutions in disguise.
 """
 
 from __future__ import annotations
@@ -139,6 +142,46 @@ class Conv2d(ConvLayer):
             out_hw.append((size + before + after - extent) // s + 1)
         return [shape[:-3] + (self.out_channels, *out_hw)]
 
+    # ---- taps that only ever read padding ---------------------------------------------------------
+    def live_taps(self, in_hw: tuple) -> tuple:
+        """Per axis, [first, stop) of the kernel's taps that read an input pixel, not padding, for at least one
+        output pixel of an input of in_hw. Tap t of output o reads o * stride - pad + t * dilation."""
+        live = []
+        out_hw = self.output_shapes([(self.in_channels, *in_hw)])[0][-2:]
+        for size, out, (before, _), k, s, d in zip(in_hw, out_hw, self.pads, self.kernel_size, self.stride,
+                                                     self.dilation):
+            # the first output whose read is >= 0, then whether that read is inside the input
+            taps = [t for t in range(k) if (o := max(0, -(-(before - t * d) // s))) < out
+                    and o * s - before + t * d < size]
+            live.append((taps[0], taps[-1] + 1) if taps else (0, k))
+        return tuple(live)
+
+    def cropped(self, in_hw: tuple) -> Conv2d | None:
+        """This convolution, for inputs of in_hw, without the kernel rows and columns that read only padding:
+        the same output from fewer multiplies. DeepLab's atrous branches are the case: at dilation 24 and 36 on
+        a 14x14 map only the centre tap of the 3x3 kernel reaches the map, a 1x1 convolution. None where every
+        tap reads some pixel, or where dropping taps would leave uneven or negative padding."""
+        live = self.live_taps(in_hw)
+        if all(stop - first == k for (first, stop), k in zip(live, self.kernel_size)):
+            return None
+        pads = []
+        for (first, stop), (before, after), k, d in zip(live, self.pads, self.kernel_size, self.dilation):
+            # the same output size: the padding shrinks by what the dropped taps spanned on each side
+            top, bottom = before - first * d, after - (k - stop) * d
+            if top != bottom or top < 0:
+                return None
+            pads.append(top)
+        from kuiper.runtime.operators import make_operator  # the runtime imports the layers: not at the top
+
+        (i0, i1), (j0, j1) = live
+        params = {key: p.value for key, p in self.op.params.items()}
+        params.update(kernel_size=[i1 - i0, j1 - j0], padding=pads)
+        attrs = {key: attr.numpy() for key, attr in self.op.attrs.items()}
+        attrs["weight"] = np.ascontiguousarray(self.w_kernel[:, :, i0:i1, j0:j1])
+        op = make_operator(self.op.type, self.op.name, params, attrs,
+                           input_shapes=[operand.shape for operand in self.op.input_operands])
+        return type(self)(op)
+
     def forward_numpy(self, inputs, outputs):
         x, out = batched(inputs[0]), batched(outputs[0])
         n, g, (ho, wo) = x.shape[0], self.groups, out.shape[2:]
@@ -169,6 +212,7 @@ class Conv2d(ConvLayer):
     takes_opencl_epilogue = True
 
     def build_opencl(self, rt):
+        self.cl_rt, self.cl_crops = rt, {}  # input size -> this layer cropped to its live taps, built, or None
         self.cl_bias = None if self.bias is None else rt.upload(self.bias.ravel())
         # one input channel per group (depthwise, with any channel multiplier): too thin for a GEMM
         if self.in_channels == self.groups:
@@ -196,6 +240,11 @@ class Conv2d(ConvLayer):
         if not y.size:  # OpenCL refuses an empty range
             return
         (h, w), (ho, wo), g = x.shape[-2:], y.shape[-2:], self.groups
+        if (h, w) not in self.cl_crops:
+            self.cl_crops[h, w] = self._cropped_opencl((h, w))
+        if self.cl_crops[h, w] is not None:
+            self.cl_crops[h, w].forward_opencl(q, inputs, outputs)
+            return
         cin, cout = self.in_channels, self.out_channels
         items = x.size // (cin * h * w)
         (top, _), (left, _) = self.pads
@@ -229,6 +278,14 @@ class Conv2d(ConvLayer):
             self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
                                 b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
                                 groups=g, items=count, variant=variant, **bias)
+
+    def _cropped_opencl(self, in_hw: tuple):
+        """cropped(in_hw) built on this layer's runtime, with its fused epilogue; None where nothing is cropped."""
+        layer = self.cropped(in_hw)
+        if layer is not None:
+            layer.cl_epilogue = self.cl_epilogue
+            layer.build_opencl(self.cl_rt)
+        return layer
 
     def _depthwise_opencl(self, q, inputs, y, items: int) -> None:
         x, (h, w), (ho, wo) = inputs[0], inputs[0].shape[-2:], y.shape[-2:]

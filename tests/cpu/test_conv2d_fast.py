@@ -17,6 +17,7 @@ RNG = np.random.default_rng(23)
 
 IM2COL, POINTWISE, WINOGRAD = {"im2col"}, {"im2col", "pointwise"}, {"im2col", "winograd_f4", "winograd_f2"}
 DEPTHWISE = {"im2col", "depthwise_nchw", "depthwise_hcw", "depthwise_hwc"}
+LIVE = {"live taps"}  # offered where some taps read only padding at the input's size (Conv2d.cropped)
 
 # name: (parameters, input shape, the variants these offer). With every split worth a thread (`splits`), wide
 # images are cut into bands of output rows, narrow ones split their channels, batches share out whole images.
@@ -24,7 +25,16 @@ CASES = {
     "3x3 pad1 7x5": (dict(in_channels=3, out_channels=5, kernel_size=3, padding=1), (1, 3, 7, 5), WINOGRAD),
     "stride2 batch3 nobias": (dict(in_channels=5, out_channels=7, kernel_size=3, stride=2, padding=1, bias=False),
                               (3, 5, 9, 11), IM2COL),
-    "1x1 image 3x3 kernel": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=1), (3, 4, 1, 1), WINOGRAD),
+    "1x1 image 3x3 kernel": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=1), (3, 4, 1, 1),
+                             WINOGRAD | LIVE),
+    # DeepLab's atrous branches on a small map: the dilation puts every tap but the centre in the padding
+    "dilated past the image": (dict(in_channels=5, out_channels=4, kernel_size=3, padding=6, dilation=6),
+                               (2, 5, 5, 6), IM2COL | LIVE),
+    "dilated past the rows only": (dict(in_channels=5, out_channels=4, kernel_size=3, padding=(5, 1), dilation=(5, 1)),
+                                   (1, 5, 4, 7), IM2COL | LIVE),
+    # the dead first tap leaves padding 0 above and 1 below: uneven, so nothing is cropped
+    "dead taps, uneven padding": (dict(in_channels=3, out_channels=4, kernel_size=3, stride=2, padding=1),
+                                  (1, 3, 2, 2), IM2COL),
     "1x1 grouped batch3": (dict(in_channels=6, out_channels=9, kernel_size=1, groups=3), (3, 6, 7, 5), POINTWISE),
     "1x1 wide": (dict(in_channels=8, out_channels=16, kernel_size=1), (1, 8, 20, 40), POINTWISE),
     "1x1 narrow nobias": (dict(in_channels=16, out_channels=12, kernel_size=1, bias=False), (1, 16, 3, 5),
@@ -89,7 +99,7 @@ CASES = {
     "depthwise 7x7 pad3": (dict(in_channels=6, out_channels=6, kernel_size=7, padding=3, groups=6), (1, 6, 12, 10),
                            DEPTHWISE),
     "depthwise 7x7 on a smaller image": (dict(in_channels=4, out_channels=4, kernel_size=7, padding=3, groups=4),
-                                         (1, 4, 3, 5), DEPTHWISE),
+                                         (1, 4, 3, 5), DEPTHWISE | LIVE),
     # strides and dilations whose kx fall in several column phases, unevenly (kuiper/cpu/depthwise.py)
     "depthwise stride3 dilation2": (dict(in_channels=6, out_channels=6, kernel_size=3, stride=3, padding=2,
                                          dilation=2, groups=6), (1, 6, 13, 14), DEPTHWISE),
@@ -103,7 +113,7 @@ CASES = {
     "depthwise multiplier 3 stride2": (dict(in_channels=4, out_channels=12, kernel_size=3, stride=2, padding=1,
                                             groups=4), (2, 4, 9, 7), DEPTHWISE),
     "depthwise 1x1 image": (dict(in_channels=4, out_channels=4, kernel_size=3, padding=1, groups=4), (3, 4, 1, 1),
-                            DEPTHWISE),
+                            DEPTHWISE | LIVE),
     "depthwise unbatched": (dict(in_channels=5, out_channels=5, kernel_size=3, stride=2, padding=1, groups=5),
                             (5, 8, 9), DEPTHWISE),
     "grouped 2 channels a group": (dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=3),
