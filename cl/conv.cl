@@ -155,6 +155,56 @@ __kernel void depthwise_rows(__global store_t* restrict y, __global const store_
         }
     }
 }
+
+// grouped_rows: grouped convolution on CPUs, cin_g input channels a group, from the same padded copy as
+// depthwise_rows. Work-item (oy, z) computes output row oy of OB consecutive output channels of one group, plane
+// block z = item * channels / OB + o / OB: each vector of input pixels is loaded once for OB multiply-adds (one
+// output channel a work-item ran load-bound, slower than the stack of thin GEMMs from 8 channels a group up).
+// Global size (out_h, items * channels / OB); cout_g is a multiple of OB.
+#ifdef OB
+__kernel void grouped_rows(__global store_t* restrict y, __global const store_t* restrict padded,
+                           __global const store_t* restrict weight, __global const store_t* restrict bias,
+                           const int has_bias, EPILOGUE_ARGS, const int channels, const int cout_g, const int cin_g,
+                           const int padded_h, const int phase_w, const int out_h, const int out_w,
+                           const int stride_h, const int dilation_h, const int dilation_w) {
+    const int padded_w = SW * phase_w;
+    const int oy = get_global_id(0);
+    const int blocks = channels / OB, item = get_global_id(1) / blocks, o = get_global_id(1) % blocks * OB;
+    if (oy >= out_h) return;
+    // the group's first input plane, and the block's first weight
+    const __global store_t* in = padded + (((long)item * (channels / cout_g) + o / cout_g) * cin_g * padded_h
+                                           + oy * stride_h) * padded_w;
+    const __global store_t* w = weight + (long)o * cin_g * KH * KW;
+    const long first = ((long)item * channels + o) * out_h * out_w + oy * out_w;
+    for (int ox = 0; ox < out_w; ox += DW) {
+        float8 acc[OB];
+        #pragma unroll
+        for (int k = 0; k < OB; ++k) acc[k] = has_bias ? LOAD(bias, o + k) : 0.0f;
+        for (int c = 0; c < cin_g; ++c) {
+            const __global store_t* in_c = in + (long)c * padded_h * padded_w;
+            #pragma unroll
+            for (int i = 0; i < KH; ++i) {
+                #pragma unroll
+                for (int j = 0; j < KW; ++j) {
+                    const int shift = j * dilation_w;
+                    const __global store_t* r = in_c + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
+                    const float8 pixels = LANES(LANE);
+                    #pragma unroll
+                    for (int k = 0; k < OB; ++k) acc[k] += LOAD(w, (k * cin_g + c) * KH * KW + i * KW + j) * pixels;
+                }
+            }
+        }
+        #pragma unroll
+        for (int k = 0; k < OB; ++k) {
+            union { float8 v; float s[DW]; } lanes = {acc[k]};
+            const long at = first + (long)k * out_h * out_w + ox;
+            const int stored = out_w - ox < DW ? out_w - ox : DW;  // the row's last block hangs over its end
+            for (int l = 0; l < stored; ++l)
+                STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+        }
+    }
+}
+#endif
 #endif
 
 // ---- pad_planes: planes with zeros around them, their columns split into phases, for depthwise_rows ------

@@ -116,6 +116,11 @@ CASES = {
                             DEPTHWISE | LIVE),
     "depthwise unbatched": (dict(in_channels=5, out_channels=5, kernel_size=3, stride=2, padding=1, groups=5),
                             (5, 8, 9), DEPTHWISE),
+    # OpenCL on CPUs: grouped_rows, 4 and 8 output channels a work-item, strided and dilated
+    "grouped 4 outputs a group": (dict(in_channels=8, out_channels=8, kernel_size=3, padding=1, groups=2),
+                                  (2, 8, 9, 11), IM2COL),
+    "grouped 8 outputs stride2 dilated": (dict(in_channels=6, out_channels=16, kernel_size=3, stride=2, padding=2,
+                                               dilation=2, groups=2), (1, 6, 13, 10), IM2COL),
     "grouped 2 channels a group": (dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=3),
                                    (1, 6, 7, 8), IM2COL),
 }

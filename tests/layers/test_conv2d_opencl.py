@@ -61,12 +61,12 @@ def test_every_gemm_variant_opencl(cl_runtime, name):
 
 
 def residual_graph(tmp_path, rt, groups: int, shape: tuple):
-    """A 3x3 convolution of `groups` groups on `shape` (N, 4, H, W), plus its input, through LeakyReLU, then
-    flattened (a graph output is never fused): the reference backend's output for a random input, the input, and
-    the graph on OpenCL with one fused operator `nn.Conv2d+pnnx.Expression+nn.LeakyReLU`."""
+    """A 3x3 convolution of `groups` groups on `shape` (N, C, H, W), C channels in and out, plus its input, through
+    LeakyReLU, then flattened (a graph output is never fused): the reference backend's output for a random input,
+    the input, and the graph on OpenCL with one fused operator `nn.Conv2d+pnnx.Expression+nn.LeakyReLU`."""
     n, c, h, w = shape
-    conv = (f"in_channels=4 out_channels=4 kernel_size=(3,3) stride=(1,1) padding=(1,1) dilation=(1,1) "
-            f"groups={groups} bias=True @weight=(4,{4 // groups},3,3)f32 @bias=(4)f32")
+    conv = (f"in_channels={c} out_channels={c} kernel_size=(3,3) stride=(1,1) padding=(1,1) dilation=(1,1) "
+            f"groups={groups} bias=True @weight=({c},{c // groups},3,3)f32 @bias=({c})f32")
     text = f"""7767517
 6 5
 pnnx.Input               in0     0 1 x #x=({n},{c},{h},{w})f32
@@ -76,12 +76,21 @@ nn.LeakyReLU             act     1 1 s t negative_slope=0.1 #t=({n},{c},{h},{w})
 torch.flatten            flat    1 1 t y start_dim=1 end_dim=-1 #y=({n},{c * h * w})f32
 pnnx.Output              out     1 0 y
 """
-    weights = {"c.weight": RNG.standard_normal((4, 4 // groups, 3, 3)), "c.bias": RNG.standard_normal(4)}
+    weights = {"c.weight": RNG.standard_normal((c, c // groups, 3, 3)), "c.bias": RNG.standard_normal(c)}
     path = write_model(tmp_path, "residual", text, weights)
     x = RNG.standard_normal(shape, dtype=np.float32)
     graph = kuiper.load(path, backend="opencl", device=spec_of(rt.device))
     assert [op.type for op in graph.order][1] == "nn.Conv2d+pnnx.Expression+nn.LeakyReLU"
     return kuiper.load(path, backend="reference").forward(x)[0], x, graph
+
+
+@pytest.mark.parametrize("groups, channels", [(2, 8), (2, 16)])  # 4 and 8 output channels a work-item
+def test_grouped_rows_runs_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, groups, channels):
+    monkeypatch.setattr(cl_runtime, "is_cpu", True)  # grouped_rows, whatever this device is
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, groups, (2, channels, 9, 11))
+    (layer,) = [op.layer.main for op in graph.order if op.type.startswith("nn.Conv2d")]
+    assert layer.cl_grouped
+    np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cpu", [True, False])
