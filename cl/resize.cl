@@ -5,8 +5,9 @@
 // `flag`, is nearest's `exact` or the interpolating modes' align_corners.
 //
 // GPUs: work-item i computes output element i, so consecutive work-items write consecutive elements.
-// CPUs (-DROWS): work-item r computes output row r of all planes' rows, its row taps once: the divisions that
-// find a pixel's row and plane, 10-25x dearer than the rest on PoCL, run once a row.
+// CPUs (-DROWS=P): work-item (oy, b) computes output row oy of P planes, each axis's taps once: the divisions
+// that find a pixel's row and plane, 10-25x dearer than the rest on PoCL, are gone, and so is most of the tap
+// arithmetic.
 //
 // The built-ins of the tap arithmetic (floor, fmin, clamp) are written as comparisons: each is a call on PoCL.
 
@@ -83,13 +84,10 @@ void axis_taps(int o, int in_size, int out_size, float scale, int align_corners,
 #endif
 #endif
 
-// Output pixel (oy, ox) of `plane` from its row taps and column ox's taps: rows first, in tap order, as the
-// numpy path resamples H and then W; nearest copies the one pixel.
-inline float sample(const __global store_t* plane, int in_w, const int* row, const float* row_weight, int ox,
-                    int out_w, float scale_w, int flag) {
-    int col[TAPS];
-    float col_weight[TAPS];
-    axis_taps(ox, in_w, out_w, scale_w, flag, col, col_weight);
+// An output pixel of `plane` from its row taps and its column taps: rows first, in tap order, as the numpy path
+// resamples H and then W; nearest copies the one pixel.
+inline float sample(const __global store_t* plane, int in_w, const int* row, const float* row_weight,
+                    const int* col, const float* col_weight) {
 #if TAPS == 1
     return LOAD(plane, row[0] * in_w + col[0]);
 #else
@@ -109,17 +107,28 @@ __kernel void resize(__global store_t* restrict y, __global const store_t* restr
     int row[TAPS];
     float row_weight[TAPS];
 #ifdef ROWS
-    const int r = get_global_id(0);
-    if (r >= n / out_w) return;
-    const __global store_t* plane = x + (long)(r / out_h) * in_h * in_w;
-    axis_taps(r % out_h, in_h, out_h, scale_h, flag, row, row_weight);
-    for (int ox = 0; ox < out_w; ++ox)
-        STORE(y, (long)r * out_w + ox, sample(plane, in_w, row, row_weight, ox, out_w, scale_w, flag));
+    // work-item (oy, b): output row oy of planes b * ROWS .. b * ROWS + ROWS - 1, each column's taps computed
+    // once for all of them
+    const int oy = get_global_id(0), first = get_global_id(1) * ROWS;
+    if (oy >= out_h) return;
+    const int planes = n / out_h / out_w, stop = first + ROWS < planes ? first + ROWS : planes;
+    axis_taps(oy, in_h, out_h, scale_h, flag, row, row_weight);
+    for (int ox = 0; ox < out_w; ++ox) {
+        int col[TAPS];
+        float col_weight[TAPS];
+        axis_taps(ox, in_w, out_w, scale_w, flag, col, col_weight);
+        for (int z = first; z < stop; ++z)
+            STORE(y, ((long)z * out_h + oy) * out_w + ox,
+                  sample(x + (long)z * in_h * in_w, in_w, row, row_weight, col, col_weight));
+    }
 #else
     const int i = get_global_id(0);
     if (i >= n) return;
     const int ox = i % out_w, oy = i / out_w % out_h, z = i / out_w / out_h;
+    int col[TAPS];
+    float col_weight[TAPS];
     axis_taps(oy, in_h, out_h, scale_h, flag, row, row_weight);
-    STORE(y, i, sample(x + (long)z * in_h * in_w, in_w, row, row_weight, ox, out_w, scale_w, flag));
+    axis_taps(ox, in_w, out_w, scale_w, flag, col, col_weight);
+    STORE(y, i, sample(x + (long)z * in_h * in_w, in_w, row, row_weight, col, col_weight));
 #endif
 }

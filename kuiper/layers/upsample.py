@@ -11,7 +11,7 @@ recomputed), and input size / output size otherwise; with align_corners, (input 
 
 On OpenCL (cl/resize.cl) each work-item computes its taps itself, with the same float32 arithmetic, from the
 scales the host computes here: no plan is uploaded, and one program serves every shape. On GPUs a work-item
-computes one output pixel, on CPUs a whole output row.
+computes one output pixel, on CPUs an output row of ROW_PLANES planes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
+
+#: on CPUs each OpenCL work-item computes an output row of this many planes, its column taps once for them all
+ROW_PLANES = 16
 
 MODES = ("nearest", "nearest-exact", "bilinear", "bicubic")
 
@@ -177,9 +180,10 @@ class Upsample(Layer):
     def build_opencl(self, rt):
         nearest = self.mode.startswith("nearest")
         taps = 1 if nearest else 2 if self.mode == "bilinear" else 4
-        # CPUs: a work-item per output row (cl/resize.cl)
+        # CPUs: a work-item per output row of ROW_PLANES planes (cl/resize.cl)
         self.cl_rows = rt.is_cpu
-        self.cl_kernel = rt.kernel("resize.cl", "resize", [f"-DTAPS={taps}", *(["-DROWS"] if self.cl_rows else [])])
+        rows = [f"-DROWS={ROW_PLANES}"] if self.cl_rows else []
+        self.cl_kernel = rt.kernel("resize.cl", "resize", [f"-DTAPS={taps}", *rows])
         # the kernel's last argument: nearest's `exact` (nearest-exact), the interpolating ones' align_corners
         self.cl_flag = np.int32(self.mode == "nearest-exact" if nearest else self.align_corners)
 
@@ -190,6 +194,7 @@ class Upsample(Layer):
         sizes = x.shape[2:] + y.shape[2:]
         scales = (source_scale(in_size, out_size, self.align_corners, scale)
                   for in_size, out_size, scale in zip(x.shape[2:], y.shape[2:], self.kernel_scales))
-        work = y.size // y.shape[3] if self.cl_rows else y.size
-        q.run(self.cl_kernel, (round_up(work, 64 if self.cl_rows else 256),), None, y.buffer, x.buffer,
-              np.int32(y.size), *map(np.int32, sizes), *scales, self.cl_flag)
+        planes = y.shape[0] * y.shape[1]
+        work = (round_up(y.shape[2], 8), -(-planes // ROW_PLANES)) if self.cl_rows else (round_up(y.size, 256),)
+        q.run(self.cl_kernel, work, None, y.buffer, x.buffer, np.int32(y.size), *map(np.int32, sizes), *scales,
+              self.cl_flag)
