@@ -113,6 +113,7 @@ __kernel void depthwise_conv2d(__global store_t* restrict y, __global const stor
 // from scalar loads (merged into one vector load where they are consecutive), not vload8, a call on PoCL.
 #define DW 8
 #define LANES(f) (float8)(f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7))
+#define LANE(l) LOAD(r, l)  // lane l of the vector of pixels that starts at r
 
 // `padded`: the input planes with their padding (pad_planes), padded_h rows of SW phases of phase_w columns:
 // column c of the padded row is element c / SW of phase c % SW, so that the lanes of a tap, SW columns apart,
@@ -141,7 +142,6 @@ __kernel void depthwise_rows(__global store_t* restrict y, __global const store_
             for (int j = 0; j < KW; ++j) {
                 const int shift = j * dilation_w;  // lane l reads padded column (ox + l) * SW + shift
                 const __global store_t* r = in + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
-#define LANE(l) LOAD(r, l)
                 acc += taps[i * KW + j] * LANES(LANE);
             }
         }
@@ -207,10 +207,10 @@ __kernel void grouped_rows(__global store_t* restrict y, __global const store_t*
 #endif
 #endif
 
-// ---- pad_planes: planes with zeros around them, their columns split into phases, for depthwise_rows ------
+// ---- pad_planes: planes with zeros around them, their columns split into phases, for *_rows above ---------
 // Work-item (r, z) writes row r of padded plane z: SW runs of phase_w values, run p holding padded columns p,
 // p + SW, p + 2 * SW...; padded column c is the input's column c - left of row r - top, or 0 outside the input.
-// Global size (padded_h, planes). Built with depthwise_rows's options: the stride a constant here too.
+// Global size (padded_h, planes). Built with the rows kernel's options: the stride a constant here too.
 #ifdef SW
 __kernel void pad_planes(__global store_t* restrict padded, __global const store_t* restrict x, const int height,
                          const int width, const int padded_h, const int phase_w, const int top, const int left) {

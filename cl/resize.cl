@@ -5,9 +5,9 @@
 // `flag`, is nearest's `exact` or the interpolating modes' align_corners.
 //
 // GPUs: work-item i computes output element i, so consecutive work-items write consecutive elements.
-// CPUs (-DROWS=P): work-item (oy, b) computes output row oy of P planes, each axis's taps once: the divisions
-// that find a pixel's row and plane, 10-25x dearer than the rest on PoCL, are gone, and so is most of the tap
-// arithmetic.
+// CPUs (-DROWS=P): work-item (oy, b) computes output row oy of P planes, its row taps once and each column's
+// taps once for all P planes: the divisions that find a pixel's row and plane, 10-25x dearer than the rest on
+// PoCL, are gone.
 //
 // The built-ins of the tap arithmetic (floor, fmin, clamp) are written as comparisons: each is a call on PoCL.
 
@@ -42,7 +42,7 @@ inline float source_position(int o, float scale, int align_corners) {
 
 // The input position left of `real` (at most the last), and how far past it `real` lies, within [0, 1].
 inline int floor_and_fraction(float real, int in_size, float* fraction) {
-    const int left = min(floor_int(real), in_size - 1);
+    const int below = floor_int(real), left = below < in_size - 1 ? below : in_size - 1;
     const float f = real - (float)left;
     *fraction = f < 0.0f ? 0.0f : f > 1.0f ? 1.0f : f;
     return left;

@@ -20,8 +20,9 @@ CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (
 it, reading im2col's entries straight from the input (implicit im2col). The variant is chosen per input
 shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
 convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
-a GEMM to pay. On CPUs so do grouped convolutions of few channels a group (ResNeXt, RegNet). A residual sum and an activation fused after the convolution (kuiper/layers/fused.py) run in
-the GEMM's epilogue (`cl_epilogue`), as each output value is stored.
+a GEMM to pay; on CPUs, so do grouped convolutions of few channels a group (ResNeXt, RegNet). A residual sum
+and an activation fused after the convolution (kuiper/layers/fused.py) run in the kernel's epilogue
+(`cl_epilogue`), as each output value is stored.
 
 Both fast backends first drop the kernel rows and columns that read only padding at the input's size
 (`cropped`): DeepLab's atrous 3x3 branches on a small map are 1x1 convolutions in disguise.
@@ -41,8 +42,8 @@ from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 
 
-#: on CPUs, grouped convolutions of up to this many input channels a group run cl/conv.cl's direct depthwise_rows
-#: (over each group's channels) rather than a stack of GEMMs of that thin a K
+#: on CPUs, grouped convolutions of up to this many input channels a group run cl/conv.cl's direct grouped_rows
+#: rather than a stack of GEMMs of that thin a K
 GROUPED_DIRECT_CHANNELS = 64
 #: ... each work-item computing the first of these many of a group's output channels that divides it: they share
 #: every load of the input (ResNeXt-like 3x3, 28x28, 32 groups, PoCL on Zen 4, ms, GEMMs / 1 / 4 / 8 a work-item:
@@ -235,15 +236,15 @@ class Conv2d(ConvLayer):
             options = [f"-DKH={kh}", f"-DKW={kw}", f"-DSW={self.stride[1]}", *self.cl_epilogue.options]
             self.cl_padded = Scratch(rt) if rt.is_cpu else None
             self.cl_pad = rt.kernel("conv.cl", "pad_planes", options) if rt.is_cpu else None
-            self.cl_depthwise_group = rt.max_local_size()
+            self.cl_direct_group = rt.max_local_size()
             if self.cl_grouped:
-                self.cl_depthwise = rt.kernel("conv.cl", "grouped_rows", [*options, f"-DOB={self.cl_block}"])
+                self.cl_direct = rt.kernel("conv.cl", "grouped_rows", [*options, f"-DOB={self.cl_block}"])
             else:
-                self.cl_depthwise = rt.kernel("conv.cl", "depthwise_rows" if rt.is_cpu else "depthwise_conv2d",
+                self.cl_direct = rt.kernel("conv.cl", "depthwise_rows" if rt.is_cpu else "depthwise_conv2d",
                                               options)
             self.cl_weight = rt.upload(self.w_kernel)
             return
-        self.cl_depthwise = None
+        self.cl_direct = None
         self.gemm = Gemm(rt, kernel_size=None if self.pointwise else self.kernel_size, epilogue=self.cl_epilogue)
         self.winograd = WinogradConv(rt, self) if winograd_applies(self) else None
         self.variants = self.gemm.choices(self.gemm_dims, "conv.cl", other=self.winograd)
@@ -267,8 +268,8 @@ class Conv2d(ConvLayer):
         items = x.size // (cin * h * w)
         (top, _), (left, _) = self.pads
         geometry = (*self.kernel_size, *self.stride, top, left, *self.dilation)
-        if self.cl_depthwise is not None:
-            self._depthwise_opencl(q, inputs, y, items)
+        if self.cl_direct is not None:
+            self._direct_opencl(q, inputs, y, items)
             return
         cin_g, cout_g, k = cin // g, cout // g, self.w_gemm.shape[2]
         # inputs past the first are the tensors a fused epilogue adds
@@ -305,7 +306,8 @@ class Conv2d(ConvLayer):
             layer.build_opencl(self.cl_rt)
         return layer
 
-    def _depthwise_opencl(self, q, inputs, y, items: int) -> None:
+    def _direct_opencl(self, q, inputs, y, items: int) -> None:
+        """The direct kernels: depthwise_conv2d (GPUs), or pad_planes then depthwise_rows or grouped_rows (CPUs)."""
         x, (h, w), (ho, wo) = inputs[0], inputs[0].shape[-2:], y.shape[-2:]
         cin, cout = self.in_channels, self.out_channels
         (sh, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
@@ -313,7 +315,7 @@ class Conv2d(ConvLayer):
         common = (self.cl_weight, self.cl_weight if self.cl_bias is None else self.cl_bias,
                   int(self.cl_bias is not None), *self.cl_epilogue.args(inputs, y), cout, cout // self.groups)
         if self.cl_pad is None:
-            q.run(self.cl_depthwise, (round_up(wo, 8), ho, items * cout), None, y.buffer, x.buffer, *common, h, w,
+            q.run(self.cl_direct, (round_up(wo, 8), ho, items * cout), None, y.buffer, x.buffer, *common, h, w,
                   ho, wo, sh, sw, top, left, dh, dw)
             return
         # the rows, and the columns of each of the sw phases, that the windows of every output row's blocks of 8
@@ -322,12 +324,12 @@ class Conv2d(ConvLayer):
         padded = self.cl_padded.fit(4 * items * cin * padded_h * sw * phase_w)
         q.run(self.cl_pad, (padded_h, items * cin), None, padded, x.buffer, h, w, padded_h, phase_w, top, left)
         # a work-group per output plane: PoCL's own choice ran 32 planes of 112x112 about half as fast
-        local = (ho, 1) if ho <= self.cl_depthwise_group else None
+        local = (ho, 1) if ho <= self.cl_direct_group else None
         if self.cl_grouped:  # common's last value, the multiplier, is cout_g here too
-            q.run(self.cl_depthwise, (ho, items * cout // self.cl_block), local, y.buffer, padded, *common,
+            q.run(self.cl_direct, (ho, items * cout // self.cl_block), local, y.buffer, padded, *common,
                   cin // self.groups, padded_h, phase_w, ho, wo, sh, dh, dw)
             return
-        q.run(self.cl_depthwise, (ho, items * cout), local, y.buffer, padded, *common, padded_h, phase_w, ho, wo,
+        q.run(self.cl_direct, (ho, items * cout), local, y.buffer, padded, *common, padded_h, phase_w, ho, wo,
               sh, dh, dw)
 
     def gemm_dims(self, shapes) -> tuple:

@@ -130,7 +130,7 @@ def test_every_convolution_path_matches_einsum(cl_runtime, name):
     layer, got, reference, events = conv_on_device(cl_runtime, CONVS[name])
     assert_close(got, reference)
     path = CONVS[name][1]
-    assert (layer.cl_depthwise is not None) == (path == "depthwise")
+    assert (layer.cl_direct is not None) == (path == "depthwise")
     assert len(events) == expected_kernels(path, cl_runtime)
 
 
