@@ -1,4 +1,4 @@
-"""The numpy backend's Conv2d: the reference's im2col and GEMM (kuiper/layers/conv2d.py), fast, in eight variants.
+"""The numpy backend's Conv2d: the reference's im2col and GEMM (kuiper/layers/conv2d.py), fast, in nine variants.
 
     pointwise       1x1 kernels at stride 1 without padding: the input already is the column matrix, no copy
     im2col          any convolution: the column matrix over bands of output rows, in buffers kept between forwards
@@ -9,6 +9,8 @@
     depthwise_hwc   the same with the channels innermost, for small images of many channels
     live taps       without the kernel rows and columns that read only padding at this input size
                     (Conv2d.cropped), by the smaller convolution's own rule
+    phases          dilated at stride 1: the undilated kernel over a mosaic of the input's phases
+                    (Conv2d.undilated), by that convolution's rule: Winograd for 3x3 kernels
 
 Grouped convolutions are a stack of GEMMs, one per group, in one numpy call. For depthwise convolution those
 GEMMs are 1 x kh*kw by kh*kw x pixels, too thin for BLAS, and their column matrix is kh*kw copies of the
@@ -33,6 +35,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from kuiper.cpu import depthwise, threads
 from kuiper.cpu.registry import fast
@@ -124,6 +127,9 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         self.crops = {}
         if math.prod(self.kernel_size) > 1 and any(map(any, self.pads)):
             ways.append(Variant("live taps", None, self._live_taps, cpu=True))
+        self.undilated_conv = None  # made on first use
+        if self.dilation != (1, 1) and self.stride == (1, 1):
+            ways.append(Variant("phases", None, self._phases, cpu=True))
         self.variants = Variants(None, (), ways, self._rule, self._candidates)
 
     def _winograd_variant(self, f: Winograd) -> Variant:
@@ -142,6 +148,9 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         im2col."""
         if "live taps" in self.variants.by_name and self._crop(shapes[0]) is not None:
             return "live taps"
+        mosaic = self._mosaic(shapes[0])
+        if mosaic is not None and self._undilated()._rule([mosaic]).startswith("winograd"):
+            return "phases"
         if self.depthwise is not None:
             return self._depthwise_rule(shapes[0])
         if self.winograd_ok:
@@ -152,8 +161,11 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         return "pointwise" if self.pointwise else "im2col"
 
     def _candidates(self, shapes) -> list:
-        """Every variant, but "live taps" only for input sizes where some taps read nothing but padding."""
-        return [name for name in self.variants.by_name if name != "live taps" or self._crop(shapes[0]) is not None]
+        """Every variant, but "live taps" only for input sizes where some taps read nothing but padding, and
+        "phases" only where the input's phases tile it evenly."""
+        offered = {"live taps": self._crop, "phases": self._mosaic}
+        return [name for name in self.variants.by_name
+                if name not in offered or offered[name](shapes[0]) is not None]
 
     def _depthwise_rule(self, shape) -> str:
         """At stride 1, depthwise_nchw for outputs of DEPTHWISE_NCHW_PIXELS or more, else depthwise_hwc (on
@@ -188,6 +200,10 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
             return 0
         if variant == "live taps":
             return self._crop(input_shapes[0]).workspace_bytes(input_shapes)
+        if variant == "phases":
+            mosaic = self._mosaic(input_shapes[0])
+            inner = self._undilated()
+            return 4 * (math.prod(mosaic) + math.prod(inner.output_shapes([mosaic])[0])) + inner.workspace_bytes([mosaic])
         shape = input_shapes[0]
         n, c, h, w = (math.prod(shape[:-3]), *shape[-3:])
         if variant in depthwise.LAYOUTS:
@@ -253,6 +269,50 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         """The convolution without the taps that read only padding at this input size, by its own rule."""
         cropped = self._crop(x.shape)
         cropped.variants.pick((x.shape,))(x, out, epilogue)
+
+    def _mosaic(self, shape) -> tuple | None:
+        """The input shape of the phases variant's undilated convolution, for inputs of `shape`: per axis, d
+        blocks (d the dilation), each a phase framed by its share of the padding. None where the phases do not
+        tile evenly (strided, or a size or padding that is not a multiple of the dilation)."""
+        if "phases" not in self.variants.by_name:
+            return None
+        size = list(shape[:-2])
+        for length, (before, after), d in zip(shape[-2:], self.pads, self.dilation):
+            if length % d or before % d or after % d:
+                return None
+            size.append(length + before + after)  # d blocks of (length + before + after) / d
+        return tuple(size)
+
+    def _undilated(self):
+        if self.undilated_conv is None:
+            self.undilated_conv = self.undilated()
+        return self.undilated_conv
+
+    def _phases(self, x, out, epilogue):
+        """The undilated kernel over a mosaic of x's phases, then each phase's outputs out of its block.
+
+        At dilation d (stride 1), output row a + d*i reads only input rows a + d*j: phase a of the input, whose
+        rows are x[a::d]. Block a of the mosaic is that phase with padding/d zero rows above and below, and an
+        undilated convolution without padding over the mosaic computes phase a's outputs from rows of block a
+        alone; the k - 1 output rows whose windows straddle two blocks are computed and dropped. Columns alike.
+        So a dilated 3x3 convolution gets Winograd's arithmetic instead of im2col's."""
+        inner = self._undilated()
+        n, c, h, w = x.shape
+        cout, ho, wo = out.shape[1:]
+        (dh, dw), (kh, kw) = self.dilation, self.kernel_size
+        (top, bottom), (left, right) = self.pads
+        bh, bw = (h + top + bottom) // dh, (w + left + right) // dw  # a block: a phase and its frame
+        mosaic = self.scratch.get("phases", self._mosaic(x.shape))  # new buffers are zero: the frames stay so
+        blocks = mosaic.reshape(n, c, dh, bh, dw, bw)[:, :, :, top // dh:top // dh + h // dh, :,
+                                                      left // dw:left // dw + w // dw]
+        np.copyto(blocks, x.reshape(n, c, h // dh, dh, w // dw, dw).transpose(0, 1, 3, 2, 5, 4))
+        result = self.scratch.get("phases_out", inner.output_shapes([mosaic.shape])[0])
+        inner.variants.pick((mosaic.shape,))(mosaic, result, Epilogue([], [mosaic]))
+        # phase (a, b)'s outputs start at row a*bh and column b*bw of the result
+        s_n, s_c, s_h, s_w = result.strides
+        by_phase = as_strided(result, (n, cout, dh, ho // dh, dw, wo // dw), (s_n, s_c, bh * s_h, s_h, bw * s_w, s_w))
+        np.copyto(out.reshape(n, cout, ho // dh, dh, wo // dw, dw), by_phase.transpose(0, 1, 3, 2, 5, 4))
+        epilogue.apply(out)
 
     def _pointwise(self, x, out, epilogue):
         """1x1, stride 1, no padding: out[n, g] = W[g] @ x[n, g], all batch items and groups in one call."""

@@ -181,15 +181,23 @@ class Conv2d(ConvLayer):
             if top != bottom or top < 0:
                 return None
             pads.append(top)
+        (i0, i1), (j0, j1) = live
+        return self._rebuilt(self.w_kernel[:, :, i0:i1, j0:j1], kernel_size=[i1 - i0, j1 - j0], padding=pads)
+
+    def undilated(self) -> Conv2d:
+        """This convolution's kernel with its taps side by side and no padding. A dilated convolution at stride 1
+        is this one run on a mosaic of its input's phases, each framed by its share of the padding (the numpy
+        backend's "phases" variant, kuiper/cpu/conv2d.py): at dilation d, input row a + d*i is row i of phase a."""
+        return self._rebuilt(self.w_kernel, dilation=[1, 1], padding=[0, 0])
+
+    def _rebuilt(self, weight: np.ndarray, **params) -> Conv2d:
+        """A layer of this class for this operator with `params` changed and `weight` for its kernel."""
         from kuiper.runtime.operators import make_operator  # the runtime imports the layers: not at the top
 
-        (i0, i1), (j0, j1) = live
-        params = {key: p.value for key, p in self.op.params.items()}
-        params.update(kernel_size=[i1 - i0, j1 - j0], padding=pads)
         attrs = {key: attr.numpy() for key, attr in self.op.attrs.items()}
-        attrs["weight"] = np.ascontiguousarray(self.w_kernel[:, :, i0:i1, j0:j1])
-        op = make_operator(self.op.type, self.op.name, params, attrs,
-                           input_shapes=[operand.shape for operand in self.op.input_operands])
+        attrs["weight"] = np.ascontiguousarray(weight)
+        op = make_operator(self.op.type, self.op.name, {key: p.value for key, p in self.op.params.items()} | params,
+                           attrs, input_shapes=[operand.shape for operand in self.op.input_operands])
         return type(self)(op)
 
     def forward_numpy(self, inputs, outputs):

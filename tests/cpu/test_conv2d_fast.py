@@ -18,6 +18,7 @@ RNG = np.random.default_rng(23)
 IM2COL, POINTWISE, WINOGRAD = {"im2col"}, {"im2col", "pointwise"}, {"im2col", "winograd_f4", "winograd_f2"}
 DEPTHWISE = {"im2col", "depthwise_nchw", "depthwise_hcw", "depthwise_hwc"}
 LIVE = {"live taps"}  # offered where some taps read only padding at the input's size (Conv2d.cropped)
+PHASES = {"phases"}  # offered at stride 1 where dilation divides the input's size and padding (Conv2d.undilated)
 
 # name: (parameters, input shape, the variants these offer). With every split worth a thread (`splits`), wide
 # images are cut into bands of output rows, narrow ones split their channels, batches share out whole images.
@@ -123,6 +124,18 @@ CASES = {
                                                dilation=2, groups=2), (1, 6, 13, 10), IM2COL),
     "grouped 2 channels a group": (dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=3),
                                    (1, 6, 7, 8), IM2COL),
+    # dilated at stride 1 over the mosaic of the input's phases: as FCN's atrous ResNet layers, unequal dilations
+    # and paddings, none, a grouped and a depthwise kernel
+    "3x3 dilation2 phases": (dict(in_channels=5, out_channels=7, kernel_size=3, padding=2, dilation=2),
+                             (1, 5, 12, 10), IM2COL | PHASES),
+    "3x3 dilation (4, 2) asymmetric batch2": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=(4, 2),
+                                                   dilation=(4, 2)), (2, 4, 16, 14), IM2COL | PHASES),
+    "dilated 3x5 unpadded nobias": (dict(in_channels=3, out_channels=5, kernel_size=(3, 5), dilation=3, bias=False),
+                                    (1, 3, 12, 18), IM2COL | PHASES),
+    "dilated grouped unbatched": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=2, dilation=2,
+                                       groups=2), (4, 8, 6), IM2COL | PHASES),
+    "depthwise dilated phases": (dict(in_channels=5, out_channels=5, kernel_size=3, padding=2, dilation=2,
+                                      groups=5), (1, 5, 12, 10), DEPTHWISE | PHASES),
 }
 
 
@@ -165,7 +178,7 @@ def test_every_variant_matches_reference(name):
                                   "kernel>stride asymmetric", "3x3 F2 batch3", "3x3 F4 overhanging",
                                   "depthwise wide", "depthwise 5x5 pad2 batch3", "depthwise 5x5 stride2 odd",
                                   "depthwise same even dilated nobias", "depthwise 5x5 stride2 dilation3",
-                                  "depthwise multiplier 3 stride2"])
+                                  "depthwise multiplier 3 stride2", "3x3 dilation (4, 2) asymmetric batch2"])
 def test_every_variant_in_small_bands(budgets, name):
     test_every_variant_matches_reference(name)
 
@@ -184,6 +197,8 @@ EPILOGUE_CASES = {
                   DEPTHWISE),
     "depthwise 5x5 stride2 unbatched": (dict(in_channels=6, out_channels=6, kernel_size=5, stride=2, padding=2,
                                              groups=6), (6, 13, 11), DEPTHWISE),
+    "dilated batch2": (dict(in_channels=5, out_channels=6, kernel_size=3, padding=2, dilation=2), (2, 5, 10, 12),
+                       IM2COL | PHASES),
 }
 
 
@@ -227,6 +242,34 @@ def test_rule_by_output_size():
     assert layer.variants.rule([(8, 23, 23)]) == "winograd_f4"  # unbatched: the same image
     pointwise = make_fast(dict(in_channels=8, out_channels=8, kernel_size=1), (1, 8, 7, 7))
     assert pointwise.variants.rule([(1, 8, 56, 56)]) == "pointwise"
+
+
+def test_phases_rule():
+    """A dilated 3x3 convolution (FCN's, DeepLab's) runs its phases where their mosaic gets Winograd, and im2col
+    where the mosaic is too small for it or the phases do not tile the input; depthwise ones keep their rule."""
+    def rule(size, dilation, groups=1):
+        layer = make_fast(dict(in_channels=8, out_channels=8, kernel_size=3, padding=dilation, dilation=dilation,
+                               groups=groups), (1, 8, size, size))
+        return layer.variants.rule([(1, 8, size, size)])
+    assert [rule(28, 2), rule(28, 4), rule(27, 2), rule(6, 2)] == ["phases", "phases", "im2col", "im2col"]
+    assert rule(28, 2, groups=8) == "depthwise_nchw"
+
+
+def test_phases_buffers_follow_shape_changes():
+    """The mosaic's frames of zeros stay zeros across input sizes, and what the variant keeps (its own buffers and
+    its undilated convolution's) is at most what workspace_bytes says."""
+    options = conv_params(in_channels=5, out_channels=6, kernel_size=3, padding=2, dilation=2)
+    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 5, 12, 12)], **options)
+    reference = make_layer("nn.Conv2d", input_shapes=[(1, 5, 12, 12)], **options)
+    for shape in [(1, 5, 12, 12), (1, 5, 10, 10), (2, 5, 12, 10), (1, 5, 12, 12), (5, 10, 10)]:
+        layer.variants.fix([shape], "phases")
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(layer.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-4, atol=1e-4)
+    fresh = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 5, 12, 12)], **options)
+    fresh.variants.fix([(1, 5, 28, 28)], "phases")
+    fresh.run_numpy(RNG.standard_normal((1, 5, 28, 28)).astype(np.float32))
+    kept = [b.nbytes for conv in (fresh, fresh.undilated_conv) for b in conv.scratch._buffers.values()]
+    assert 0 < sum(kept) <= fresh.workspace_bytes([(1, 5, 28, 28)])
 
 
 def test_depthwise_rule():
