@@ -83,10 +83,12 @@ _ERF_SERIES = tuple(
 )
 
 
-def _horner(coefficients, t, out):
-    """out = c0 + c1·t + c2·t² + ... (coefficients constant term first), by Horner's rule."""
-    out.fill(coefficients[-1])
-    for c in reversed(coefficients[:-1]):
+def horner(coefficients, t, out):
+    """out = c0 + c1·t + c2·t² + ... (two coefficients or more, constant term first), by Horner's rule; `out`
+    must not be `t`."""
+    np.multiply(t, coefficients[-1], out=out)
+    out += coefficients[-2]
+    for c in reversed(coefficients[:-2]):
         out *= t
         out += c
     return out
@@ -103,7 +105,7 @@ def erfc(x, out: np.ndarray) -> np.ndarray:
     np.multiply(z, 0.5, out=out)
     out += 1.0
     np.reciprocal(out, out=out)                   # out = t
-    exponent = _horner(_ERFC_COEFFICIENTS, out, np.empty_like(out))
+    exponent = horner(_ERFC_COEFFICIENTS, out, np.empty_like(out))
     z *= z
     exponent -= z                                 # P(t) - z²
     np.exp(exponent, out=exponent)
@@ -123,7 +125,7 @@ def erf(x, out: np.ndarray) -> np.ndarray:
     far = np.logical_not(near_zero)
     # the series erf(x) = x · S(x²), at x clipped to where it converges fast (and stays finite)
     x_near = np.clip(x, -_ERF_SERIES_BELOW, _ERF_SERIES_BELOW, out=magnitude)
-    series = _horner(_ERF_SERIES, np.square(x_near), np.empty_like(out))
+    series = horner(_ERF_SERIES, np.square(x_near), np.empty_like(out))
     series *= x_near
     np.subtract(1.0, erfc(x, out), out=out)
     # keep the series near zero and 1 - erfc elsewhere: multiplying by 1 or 0 is exact, a difference is not

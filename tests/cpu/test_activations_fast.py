@@ -1,7 +1,10 @@
-"""The in-place activations (kuiper/cpu/activations.py): SiLU and Hardswish through a work block, ReLU by clip.
-The shared checks against the reference (every activation, special values, 1-3 threads) are in
+"""The in-place activations (kuiper/cpu/activations.py): SiLU, Hardswish and GELU through work blocks, ReLU by
+clip. The shared checks against the reference (every activation, special values, 1-3 threads) are in
 test_elementwise_fast.py; here: overwriting the input, the parts of a fused convolution's output (views that
-are not one run of memory), pieces around BLOCK, and fusion into the operator before them."""
+are not one run of memory), pieces around each layer's block, GELU's accuracy, and fusion into the operator
+before them."""
+
+import math
 
 import numpy as np
 import pytest
@@ -11,17 +14,20 @@ from test_elementwise_fast import with_special_values
 
 import kuiper
 from kuiper.cpu.activations import ThroughWorkBlock
-from kuiper.cpu.elementwise import BLOCK
 from kuiper.cpu.registry import fast_class
 from kuiper.runtime.operators import make_layer
 
 RNG = np.random.default_rng(5)
-IN_PLACE = ["nn.SiLU", "F.silu", "nn.Hardswish", "F.hardswish", "nn.ReLU", "F.relu"]
+IN_PLACE = ["nn.SiLU", "F.silu", "nn.Hardswish", "F.hardswish", "nn.ReLU", "F.relu", "nn.GELU", "F.gelu"]
 
 
 def silu(x):
     x = x.astype(np.float64)
     return x / (1 + np.exp(-x))  # float64: no overflow in the range the tests use
+
+
+def gelu(x):
+    return np.array([v * math.erfc(-v / math.sqrt(2)) / 2 for v in x.astype(np.float64)])
 
 
 def expected(type, x):
@@ -52,12 +58,12 @@ def test_overwriting_the_input_matches_reference(type, count):
 
 
 @pytest.mark.parametrize("count", [1, 3])
-@pytest.mark.parametrize("size", [1, 7, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 5, 9 * BLOCK + 3])
-@pytest.mark.parametrize("type", ["nn.SiLU", "nn.Hardswish"])
-def test_apply_in_place_at_block_edges(type, size, count):
-    """apply itself, as the fused epilogue calls it (out is x), on flat arrays around BLOCK; a whole output of
-    many blocks is shared over the threads."""
-    x = RNG.standard_normal(size).astype(np.float32) * 6
+@pytest.mark.parametrize("blocks, extra", [(0, 1), (0, 7), (1, -1), (1, 0), (1, 1), (3, 5), (9, 3)])
+@pytest.mark.parametrize("type", ["nn.SiLU", "nn.Hardswish", "nn.GELU"])
+def test_apply_in_place_at_block_edges(type, blocks, extra, count):
+    """apply itself, as the fused epilogue calls it (out is x), on flat arrays around the layer's block; a whole
+    output of many blocks is shared over the threads."""
+    x = RNG.standard_normal(blocks * fast_class(type).block + extra).astype(np.float32) * 6
     want = expected(type, x)
     with running_on(count):
         make_layer(type, fast=True, input_shapes=[x.shape]).apply(x, x)
@@ -65,14 +71,15 @@ def test_apply_in_place_at_block_edges(type, size, count):
 
 
 # parts of a (N, C, H, W) output that are not one run of memory: some channels' bands of rows (as a convolution's
-# band epilogue hands over), a column slice, a part whose single channel exceeds BLOCK, one whose channels do not
+# band epilogue hands over), a column slice, a part whose single channel exceeds SiLU's block, one whose channels
+# do not
 PARTS = {"bands": (slice(None), slice(3, 17)), "columns": (slice(None), slice(None), slice(1, 9)),
          "large channels": (slice(1, 3), slice(0, 300)), "channel range": (slice(2, 30), slice(0, 40))}
 
 
 @pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("in_place", [True, False], ids=["in place", "into another"])
-@pytest.mark.parametrize("type", ["nn.SiLU", "nn.Hardswish", "nn.ReLU"])
+@pytest.mark.parametrize("type", ["nn.SiLU", "nn.Hardswish", "nn.ReLU", "nn.GELU"])
 def test_apply_on_views(type, part, in_place):
     whole = RNG.standard_normal((1, 32, 320, 301)).astype(np.float32) * 6
     x = whole[(0, *PARTS[part])]
@@ -90,14 +97,51 @@ def test_apply_on_views(type, part, in_place):
     np.testing.assert_array_equal(written[untouched], (keep if in_place else target)[untouched])  # nothing else
 
 
+def through_work_blocks(type, x, **params):
+    """The fast layer's forward on x, the layer checked to compute through work blocks."""
+    layer = make_layer(type, fast=True, input_shapes=[x.shape], params=params)
+    assert isinstance(layer, ThroughWorkBlock)
+    out = np.empty_like(x)
+    layer.forward_numpy([x], [out])
+    return out
+
+
 def test_silu_formula_is_accurate_over_the_float_range():
     x = np.linspace(-120, 120, 480001, dtype=np.float32)
-    out = np.empty_like(x)
-    layer = make_layer("nn.SiLU", fast=True, input_shapes=[x.shape])
-    assert isinstance(layer, ThroughWorkBlock)
-    layer.forward_numpy([x], [out])
-    want = silu(x)
-    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-30)  # relative, down to e^-120
+    np.testing.assert_allclose(through_work_blocks("nn.SiLU", x), silu(x), rtol=1e-5, atol=1e-30)  # down to e^-120
+
+
+def test_gelu_formula_is_accurate_over_the_float_range():
+    """Relative precision wherever GELU is a normal float32 (x above about -13.15), to within float32's own
+    rounding of the exponent -x²/2 (a few ulp of it, 6e-8·x²/2 each: the reference's error reaches 1.9e-5 at
+    x = -13 too); below, subnormals, then 0."""
+    x = np.linspace(-20, 20, 400001, dtype=np.float32)
+    want = gelu(x)
+    rtol = 5e-7 + 1.2e-7 * x.astype(np.float64) ** 2
+    np.testing.assert_array_less(np.abs(through_work_blocks("nn.GELU", x) - want), rtol * np.abs(want) + 1e-40)
+
+
+def test_gelu_tanh_formula_is_accurate_over_the_float_range():
+    """As SiLU's: e^-2u overflows to inf where x / inf is the 0 that results below 3e-37 round to."""
+    x = np.linspace(-20, 20, 400001, dtype=np.float32)
+    u = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = u / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
+    out = through_work_blocks("nn.GELU", x, approximate="tanh")
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-36)  # rounding of 2u, as in the reference
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf * 0 inside the reference formulas
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_special_values_are_the_references(approximate):
+    """NaN, the infinities (GELU(-inf) is the reference's NaN), signed zeros and huge values, bit for bit."""
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 3e38, -3e38, 40, 41, -41], np.float32)
+    options = {"input_shapes": [x.shape], "params": {"approximate": approximate}}
+    want = np.empty_like(x)
+    make_layer("nn.GELU", **options).forward_numpy([x], [want])
+    make_layer("nn.GELU", fast=True, **options).forward_numpy([x], [x])
+    np.testing.assert_array_equal(x, want)
+    np.testing.assert_array_equal(np.signbit(x), np.signbit(want))
 
 
 FUSED = """7767517

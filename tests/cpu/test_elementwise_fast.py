@@ -79,7 +79,7 @@ def test_fast_activation_matches_reference(type, x):
     assert assert_every_path_matches_reference(type, x, params=PARAMS.get(type, {})) == ["forward_numpy"]
 
 
-@pytest.mark.parametrize("type", ["nn.GELU", "nn.ReLU", "nn.Hardswish"])
+@pytest.mark.parametrize("type", ["nn.Sigmoid", "nn.ReLU", "nn.Hardswish"])  # the blocked path, clip, a work block
 @pytest.mark.parametrize("layout", ["strided input", "strided output", "both"])
 def test_strided_arrays_match_reference(type, layout):
     x = LARGE[..., ::2] if layout != "strided output" else LARGE[..., :56].copy()
