@@ -43,7 +43,7 @@ from kuiper.layers.layer_norm import row_groups
 from kuiper.layers.registry import register
 from kuiper.layers.strided import StridedCopy, View, contiguous_strides, merge_dims
 from kuiper.opencl import DeviceTensor
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, Gemm, Matrix
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ConstantB, Gemm, Matrix
 
 #: how cl/attention.cl reads its mask: none, added, boolean True = masked out (MHA), boolean True = takes part
 NO_MASK, ADDED_MASK, TRUE_MASKS, TRUE_ALLOWS = range(4)
@@ -354,7 +354,7 @@ class MultiheadAttention(Attention):
     # ---- OpenCL ---------------------------------------------------------------------------------------
     def build_opencl(self, rt):
         super().build_opencl(rt)
-        self.cl_projections = [(rt.upload(w), None if b is None else rt.upload(b)) for w, b in self.projections]
+        self.cl_projections = [(ConstantB(rt, w), None if b is None else rt.upload(b)) for w, b in self.projections]
         self.cl_extras = [None if e is None else DeviceTensor(rt, rt.upload(e), e.shape, rt.stored(e.dtype))
                           for e in (self.extra_k, self.extra_v)]
         self.cl_mean = rt.upload(np.full(self.num_heads, 1 / self.num_heads, np.float32))
@@ -367,8 +367,7 @@ class MultiheadAttention(Attention):
     def linear(self, q, which: int, rows: int, c: Matrix, a: Matrix, items: int = 1) -> None:
         """C = A @ W^T + b with projection `which`, for `items` stacked products of `rows` rows."""
         weight_t, bias = self.cl_projections[which]
-        self.gemm(q, rows, self.embed_dim, self.projections[which][0].shape[0], c=c, a=a,
-                  b=Matrix(weight_t, self.embed_dim), items=items, bias=bias,
+        self.gemm(q, rows, a=a, **weight_t.operands(c), items=items, bias=bias,
                   bias_mode=NO_BIAS if bias is None else COLUMN_BIAS)
 
     def forward_opencl(self, q, inputs, outputs):

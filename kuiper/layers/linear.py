@@ -1,6 +1,7 @@
 """Linear: y = x @ W^T + b over the last axis, for inputs of any rank (leading axes are batch axes).
 
-On OpenCL it is one GEMM (kuiper/opencl/gemm.py) with the bias added per column in the kernel. This numpy
+On OpenCL it is one GEMM (kuiper/opencl/gemm.py) with the bias added per column in the kernel; on CPUs, with
+the weights in panels, a stack of one GEMM per panel. This numpy
 forward is the reference; the numpy backend shares its GEMM over kuiper's threads (kuiper/cpu/linear.py).
 """
 
@@ -9,7 +10,7 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, Gemm, Matrix
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ConstantB, Gemm, Matrix
 from kuiper.layers.registry import register
 
 
@@ -48,19 +49,19 @@ class Linear(Layer):
     # ---- OpenCL ---------------------------------------------------------------------------------------
     def build_opencl(self, rt):
         self.gemm = Gemm(rt)
+        self.cl_weight_t = ConstantB(rt, self.weight_t)  # on CPUs in panels, one product each, where they divide
         self.variants = self.gemm.choices(self.gemm_dims)
-        self.cl_weight_t = rt.upload(self.weight_t)
         self.cl_bias = None if self.bias is None else rt.upload(self.bias)
 
     def forward_opencl(self, q, inputs, outputs):
         y = outputs[0]
         if not y.size:  # OpenCL refuses an empty range
             return
-        m, n, k = y.size // self.out_features, self.out_features, self.in_features
-        self.gemm(q, m, n, k, c=Matrix(y.buffer, n), a=Matrix(inputs[0].buffer, k), b=Matrix(self.cl_weight_t, n),
+        self.gemm(q, y.size // self.out_features, a=Matrix(inputs[0].buffer, self.in_features),
+                  **self.cl_weight_t.operands(Matrix(y.buffer, self.out_features)),
                   bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
                   variant=self.variants.pick((inputs[0].shape,)))
 
     def gemm_dims(self, shapes) -> tuple:
-        """(m, n, stack) of the GEMM for these input shapes: every leading axis folds into the rows."""
-        return math.prod(shapes[0][:-1]), self.out_features, 1
+        """(m, n, stack) of the GEMMs for these input shapes: every leading axis folds into the rows."""
+        return self.cl_weight_t.dims(math.prod(shapes[0][:-1]))

@@ -33,6 +33,8 @@ from __future__ import annotations
 from functools import partial
 from typing import NamedTuple
 
+import numpy as np
+
 from kuiper.opencl.runtime import round_up
 from kuiper.variants import Variant, Variants
 
@@ -42,6 +44,13 @@ from kuiper.variants import Variant, Variants
 CPU_ROWS = 6
 #: (columns per block, NV, VN) from widest to narrowest; a product narrower than a block uses the next
 CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
+#: on CPUs a constant B (Linear's weights) is stored in panels of PANEL columns, each K x PANEL in one run of
+#: memory, and multiplied as a stack of one product per panel (`panels`): a work-item then reads its columns of
+#: each k next to the last k's, not one B row (ldb floats) further on. Rows of 3072 floats put every k's 128
+#: bytes at the same L1 set and on a new page. Debian PoCL, 2 threads of a Zen 4, GMAC/s row-major / panels:
+#: 197 x 768 x 3072 (ViT-B's MLP) 23/48, 197 x 3072 x 768 23/54, 196 x 1536 x 384 25/50, 784 x 192 x 768
+#: 34/40; no gain where B is small (3136 x 384 x 96: 41-45/38)
+PANEL = CPU_BLOCKS[0][0]
 #: gemm_cpu's work-groups in blocks, (columns, rows), largest first: 2 x 32 blocks of 32 x 6 = a 64 x 192 cache
 #: block. Only these few: PoCL compiles a kernel again for every new work-group size it is launched with (0.3-5 s
 #: each), and ResNet-18 alone made seven of them when the size followed each product's edges
@@ -109,6 +118,33 @@ class KernelEpilogue(NamedTuple):
 
 NO_EPILOGUE = KernelEpilogue()
 
+
+
+def panels(b: np.ndarray) -> np.ndarray:
+    """B (K, N), N a multiple of PANEL, as N / PANEL panels of K x PANEL: B[k, p * PANEL + j] is [p, k, j]."""
+    k, n = b.shape
+    return np.ascontiguousarray(b.reshape(k, n // PANEL, PANEL).transpose(1, 0, 2))
+
+
+class ConstantB:
+    """A layer's constant B (K, N), its weights, on a device: in panels (see PANEL) on CPUs where N is a multiple
+    of PANEL, else as it is. `operands` gives the Gemm call's arguments for C = A @ B either way."""
+
+    def __init__(self, rt, b: np.ndarray):
+        self.k, self.n = b.shape
+        self.panels = self.n // PANEL if rt.is_cpu and self.n % PANEL == 0 else 0
+        self.buffer = rt.upload(panels(b) if self.panels else b)
+
+    def dims(self, rows: int, stack: int = 1) -> tuple:
+        """(m, n, stack) of the products as Gemm runs them, for `stack` products of `rows` rows."""
+        return (rows, PANEL, stack * self.panels) if self.panels else (rows, self.n, stack)
+
+    def operands(self, c: Matrix) -> dict:
+        """Gemm's n, k, c, b and groups for C = A @ B into `c`: panel g writes C's columns from g * PANEL (and the
+        kernel's per-column bias reads bias[g * PANEL + j]); A is the same for all."""
+        width = PANEL if self.panels else self.n
+        return dict(n=width, k=self.k, c=c._replace(group=width), b=Matrix(self.buffer, width, group=self.k * width),
+                    groups=self.panels or 1)
 
 
 def cpu_name(width: int) -> str:

@@ -214,7 +214,7 @@ def test_extra_keys(named, bias_kv, zero_attn):
 
 # ---- MultiheadAttention: every path ----------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["self", "seq-first", "cross-kdim", "mask-3d", "bool-2d", "extras", "weights",
-                                  "unbatched-heads", "vit", "swin"])
+                                  "unbatched-heads", "vit", "vit-seq-first", "swin"])
 def test_mha_every_path(named, case):
     params, attrs, names, weights = mha_params(), mha_weights(), (), None
     x = data(3, 5, E)
@@ -238,6 +238,11 @@ def test_mha_every_path(named, case):
         attrs = {"in_proj_weight": data(288, 96, scale=0.1), "in_proj_bias": data(288),
                  "out_proj.weight": data(96, 96, scale=0.1), "out_proj.bias": data(96)}
         inputs = [data(1, 197, 96)]
+    elif case == "vit-seq-first":  # on CPUs the weights in panels, times the batch's items (ConstantB)
+        params = dict(mha_params(False), embed_dim=64, num_heads=4, kdim=64, vdim=64)
+        attrs = {"in_proj_weight": data(192, 64, scale=0.1), "in_proj_bias": data(192),
+                 "out_proj.weight": data(64, 64, scale=0.1), "out_proj.bias": data(64)}
+        inputs = [data(9, 3, 64)]
     elif case == "swin":
         inputs, names = [data(16, 49, E), data(16 * H, 49, 49)], ("input", "attn_mask")
     named(names, [inputs[0].shape] + ([weights] if weights else []))
