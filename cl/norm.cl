@@ -32,7 +32,7 @@ __kernel void norm_rows(__global store_t* restrict y, __global const store_t* re
     const float scale = 1.0f / sqrt(group_reduce(squares, scratch, false) / length + eps);
     const int first = (row % groups) * length;
     for (int j = lid; j < length; j += size) {
-        const int c = (first + j) / inner;
+        const int c = inner == 1 ? first + j : (first + j) / inner;  // LayerNorm: no division per element
         float v = (LOAD(x, start + j) - mean) * scale;
         if (has_weight) v *= LOAD(weight, c);
         if (has_bias) v += LOAD(bias, c);
