@@ -143,9 +143,10 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
                        cpu=True)
 
     def _rule(self, shapes) -> str:
-        """Depthwise convolutions by _depthwise_rule; else F(4x4) if the output has enough of its tiles, else
-        F(2x2) if it has enough of those (3x3 stride-1 layers); else pointwise where the kernel allows, else
-        im2col."""
+        """"live taps" where some taps read only padding at this size; "phases" where a dilated convolution's
+        mosaic gets Winograd; depthwise convolutions by _depthwise_rule; else F(4x4) if the output has enough of
+        its tiles, else F(2x2) if it has enough of those (3x3 stride-1 layers); else pointwise where the kernel
+        allows, else im2col."""
         if "live taps" in self.variants.by_name and self._crop(shapes[0]) is not None:
             return "live taps"
         mosaic = self._mosaic(shapes[0])
@@ -201,9 +202,9 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         if variant == "live taps":
             return self._crop(input_shapes[0]).workspace_bytes(input_shapes)
         if variant == "phases":
-            mosaic = self._mosaic(input_shapes[0])
-            inner = self._undilated()
-            return 4 * (math.prod(mosaic) + math.prod(inner.output_shapes([mosaic])[0])) + inner.workspace_bytes([mosaic])
+            mosaic, inner = self._mosaic(input_shapes[0]), self._undilated()
+            result = inner.output_shapes([mosaic])[0]
+            return 4 * (math.prod(mosaic) + math.prod(result)) + inner.workspace_bytes([mosaic])
         shape = input_shapes[0]
         n, c, h, w = (math.prod(shape[:-3]), *shape[-3:])
         if variant in depthwise.LAYOUTS:
@@ -299,7 +300,7 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         inner = self._undilated()
         n, c, h, w = x.shape
         cout, ho, wo = out.shape[1:]
-        (dh, dw), (kh, kw) = self.dilation, self.kernel_size
+        dh, dw = self.dilation
         (top, bottom), (left, right) = self.pads
         bh, bw = (h + top + bottom) // dh, (w + left + right) // dw  # a block: a phase and its frame
         mosaic = self.scratch.get("phases", self._mosaic(x.shape))  # new buffers are zero: the frames stay so

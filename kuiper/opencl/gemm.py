@@ -46,10 +46,11 @@ CPU_ROWS = 6
 CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
 #: on CPUs a constant B (Linear's weights) is stored in panels of PANEL columns, each K x PANEL in one run of
 #: memory, and multiplied as a stack of one product per panel (`panels`): a work-item then reads its columns of
-#: each k next to the last k's, not one B row (ldb floats) further on. Rows of 3072 floats put every k's 128
-#: bytes at the same L1 set and on a new page. Debian PoCL, 2 threads of a Zen 4, GMAC/s row-major / panels:
-#: 197 x 768 x 3072 (ViT-B's MLP) 23/48, 197 x 3072 x 768 23/54, 196 x 1536 x 384 25/50, 784 x 192 x 768
-#: 34/40; no gain where B is small (3136 x 384 x 96: 41-45/38)
+#: each k next to the last k's, not one B row (ldb floats) further on: rows of 3072 floats put every k's 128
+#: bytes on a new page and, 12 KB apart, in the same L1 set, the likely cost. Debian PoCL, 2 threads of a Zen 4,
+#: GMAC/s row-major / panels: 197 x 768 x 3072 (ViT-B's MLP) 23/48, 197 x 3072 x 768 23/54, 196 x 1536 x 384
+#: 25/50, 784 x 192 x 768 34/40; no gain where B is small (3136 x 384 x 96: 41-45/38 alone, 1.17 ms either way
+#: inside ConvNeXt-T)
 PANEL = CPU_BLOCKS[0][0]
 #: gemm_cpu's work-groups in blocks, (columns, rows), largest first: 2 x 32 blocks of 32 x 6 = a 64 x 192 cache
 #: block. Only these few: PoCL compiles a kernel again for every new work-group size it is launched with (0.3-5 s
@@ -135,9 +136,9 @@ class ConstantB:
         self.panels = self.n // PANEL if rt.is_cpu and self.n % PANEL == 0 else 0
         self.buffer = rt.upload(panels(b) if self.panels else b)
 
-    def dims(self, rows: int, stack: int = 1) -> tuple:
-        """(m, n, stack) of the products as Gemm runs them, for `stack` products of `rows` rows."""
-        return (rows, PANEL, stack * self.panels) if self.panels else (rows, self.n, stack)
+    def dims(self, rows: int) -> tuple:
+        """(m, n, stack) of the products as Gemm runs them, for A of `rows` rows."""
+        return (rows, PANEL, self.panels) if self.panels else (rows, self.n, 1)
 
     def operands(self, c: Matrix) -> dict:
         """Gemm's n, k, c, b and groups for C = A @ B into `c`: panel g writes C's columns from g * PANEL (and the

@@ -245,7 +245,7 @@ def test_rule_by_output_size():
 
 
 def test_phases_rule():
-    """A dilated 3x3 convolution (FCN's, DeepLab's) runs its phases where their mosaic gets Winograd, and im2col
+    """A dilated 3x3 convolution (FCN-ResNet50's) runs its phases where their mosaic gets Winograd, and im2col
     where the mosaic is too small for it or the phases do not tile the input; depthwise ones keep their rule."""
     def rule(size, dilation, groups=1):
         layer = make_fast(dict(in_channels=8, out_channels=8, kernel_size=3, padding=dilation, dilation=dilation,
