@@ -10,8 +10,9 @@ the input depends on the scale too: PyTorch uses 1 / scale_factor when the scale
 recomputed), and input size / output size otherwise; with align_corners, (input - 1) / (output - 1).
 
 On OpenCL (cl/resize.cl) each work-item computes its taps itself, with the same float32 arithmetic, from the
-scales the host computes here: no plan is uploaded, and one program serves every shape. On GPUs a work-item
-computes one output pixel, on CPUs an output row of ROW_PLANES planes.
+scales the host computes here: no plan is uploaded, and one program serves every shape. A work-item computes
+one output pixel: on GPUs over a flat range, on CPUs over a (width, height, planes) grid launched in spans of
+SPAN columns, so that PoCL can run a span's work-items as one vector.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 
-#: on CPUs each OpenCL work-item computes an output row of this many planes, its column taps once for them all
-ROW_PLANES = 16
+#: on CPUs the OpenCL grid's width is a multiple of this, the last columns launched apart (cl/resize.cl)
+SPAN = 16
 
 MODES = ("nearest", "nearest-exact", "bilinear", "bicubic")
 
@@ -180,10 +181,9 @@ class Upsample(Layer):
     def build_opencl(self, rt):
         nearest = self.mode.startswith("nearest")
         taps = 1 if nearest else 2 if self.mode == "bilinear" else 4
-        # CPUs: a work-item per output row of ROW_PLANES planes (cl/resize.cl)
-        self.cl_rows = rt.is_cpu
-        rows = [f"-DROWS={ROW_PLANES}"] if self.cl_rows else []
-        self.cl_kernel = rt.kernel("resize.cl", "resize", [f"-DTAPS={taps}", *rows])
+        self.cl_grid = rt.is_cpu
+        grid = ["-DGRID"] if self.cl_grid else []
+        self.cl_kernel = rt.kernel("resize.cl", "resize", [f"-DTAPS={taps}", *grid])
         # the kernel's last argument: nearest's `exact` (nearest-exact), the interpolating ones' align_corners
         self.cl_flag = np.int32(self.mode == "nearest-exact" if nearest else self.align_corners)
 
@@ -194,7 +194,13 @@ class Upsample(Layer):
         sizes = x.shape[2:] + y.shape[2:]
         scales = (source_scale(in_size, out_size, self.align_corners, scale)
                   for in_size, out_size, scale in zip(x.shape[2:], y.shape[2:], self.kernel_scales))
-        planes = y.shape[0] * y.shape[1]
-        work = (round_up(y.shape[2], 8), -(-planes // ROW_PLANES)) if self.cl_rows else (round_up(y.size, 256),)
-        q.run(self.cl_kernel, work, None, y.buffer, x.buffer, np.int32(y.size), *map(np.int32, sizes), *scales,
-              self.cl_flag)
+        args = (y.buffer, x.buffer, np.int32(y.size), *map(np.int32, sizes), *scales, self.cl_flag)
+        if not self.cl_grid:
+            q.run(self.cl_kernel, (round_up(y.size, 256),), None, *args)
+            return
+        out_h, out_w = y.shape[2:]
+        planes, spans = y.shape[0] * y.shape[1], out_w - out_w % SPAN
+        if spans:
+            q.run(self.cl_kernel, (spans, out_h, planes), None, *args)
+        if spans < out_w:  # the ragged end: the grid has no bounds check
+            q.run(self.cl_kernel, (out_w - spans, out_h, planes), None, *args, offset=(spans, 0, 0))

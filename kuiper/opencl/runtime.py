@@ -368,11 +368,12 @@ class Enqueuer:
             self._wait = self._done[self._op] = [event]
         return event
 
-    def run(self, kernel, global_size, local_size, *args):
-        """Enqueue one kernel over `global_size` work-items (local size None lets the driver choose)."""
+    def run(self, kernel, global_size, local_size, *args, offset=None):
+        """Enqueue one kernel over `global_size` work-items (local size None lets the driver choose), their
+        global ids starting at `offset` (default 0)."""
         kernel.set_args(*args)
         return self._issued(_cl().enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size,
-                                                           wait_for=self._wait))
+                                                           global_work_offset=offset, wait_for=self._wait))
 
     def write(self, buffer, array: np.ndarray):
         """Upload a host array without waiting (the final blocking read orders everything after it)."""

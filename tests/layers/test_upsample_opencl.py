@@ -52,7 +52,7 @@ def test_helper_types_opencl(cl_runtime, type_):
 @pytest.mark.parametrize("mode, align_corners, rtol", MODES)
 @pytest.mark.parametrize("cpu", [True, False])
 def test_both_kernel_layouts_opencl(cl_runtime, monkeypatch, cpu, mode, align_corners, rtol):
-    # a row per work-item (CPUs) and a pixel per work-item (GPUs), whatever this device is
+    # a grid launched in spans (CPUs) and a flat range (GPUs), whatever this device is
     monkeypatch.setattr(cl_runtime, "is_cpu", cpu)
     x = RNG.standard_normal(LARGE).astype(np.float32)
     layer = upsample(LARGE, "F.interpolate", mode=mode, align_corners=align_corners, scale_factor=(1.5, 2.5))
