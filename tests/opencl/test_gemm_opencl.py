@@ -145,7 +145,7 @@ def test_the_epilogue_adds_the_residual_then_activates(cl_runtime, monkeypatch, 
     monkeypatch.setattr(gemm_module, "SPLIT_GROUPS_PER_UNIT", 10 ** 6 if split else 1)
     params = {"negative_slope": 0.25} if activation == "nn.LeakyReLU" else {}
     layer = None if activation is None else make_layer(activation, params=params, input_shapes=[(1,)])
-    epilogue = KernelEpilogue.of(epilogue_steps(layer))
+    epilogue = KernelEpilogue.of(epilogue_steps(layer), cl_runtime)
     items, m, n, k = 2, 21, 34, 600
     a = RNG.standard_normal((m, k), dtype=np.float32)
     b = RNG.standard_normal((items, k, n), dtype=np.float32)
@@ -164,11 +164,22 @@ def test_the_epilogue_adds_the_residual_then_activates(cl_runtime, monkeypatch, 
     assert_close(out, formula(np.matmul(a.astype(np.float64), b) + bias[:, None] + residual))
 
 
+GPU, CPU = SimpleNamespace(is_cpu=False), SimpleNamespace(is_cpu=True)
+
+
 def test_only_a_sum_then_an_activation_fits_in_the_kernel():
     relu = make_layer("nn.ReLU", input_shapes=[(1,)])
     sigmoid = make_layer("nn.Sigmoid", input_shapes=[(1,)])
-    assert KernelEpilogue.of([EpilogueStep(relu)]).options == ["-DACT=act_relu"]
-    assert KernelEpilogue.of(epilogue_steps(sigmoid)).options == ["-DADD", "-DACT=act_sigmoid"]
-    assert KernelEpilogue.of([EpilogueStep(relu), EpilogueStep(None, extra=2)]) is None  # activation, then sum
-    assert KernelEpilogue.of([EpilogueStep(None, extra=2), EpilogueStep(None, extra=3)]) is None  # two sums
-    assert KernelEpilogue.of([EpilogueStep(relu), EpilogueStep(sigmoid)]) is None  # two activations
+    assert KernelEpilogue.of([EpilogueStep(relu)], GPU).options == ["-DACT=act_relu"]
+    assert KernelEpilogue.of(epilogue_steps(sigmoid), CPU).options == ["-DADD", "-DACT=act_sigmoid"]
+    assert KernelEpilogue.of([EpilogueStep(relu), EpilogueStep(None, extra=2)], GPU) is None  # activation, then sum
+    assert KernelEpilogue.of([EpilogueStep(None, extra=2), EpilogueStep(None, extra=3)], GPU) is None  # two sums
+    assert KernelEpilogue.of([EpilogueStep(relu), EpilogueStep(sigmoid)], GPU) is None  # two activations
+
+
+def test_the_erfc_gelu_is_a_kernel_of_its_own_on_cpus():
+    gelu = make_layer("nn.GELU", input_shapes=[(1,)])
+    tanh_form = make_layer("nn.GELU", params={"approximate": "tanh"}, input_shapes=[(1,)])
+    assert KernelEpilogue.of([EpilogueStep(gelu)], GPU).options == ["-DACT=act_gelu"]
+    assert KernelEpilogue.of([EpilogueStep(gelu)], CPU) is None
+    assert KernelEpilogue.of([EpilogueStep(tanh_form)], CPU).options == ["-DACT=act_gelu_tanh"]
