@@ -98,3 +98,12 @@ def test_the_depthwise_kernels_run_the_fused_epilogue(cl_runtime, monkeypatch, t
     monkeypatch.setattr(cl_runtime, "is_cpu", cpu)  # depthwise_rows, or depthwise_conv2d
     expected, x, graph = residual_graph(tmp_path, cl_runtime, 4, (2, 4, 9, 11))
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride, padding, width", [(1, 1, 37), (2, 1, 37), (2, 2, 40), (3, 1, 38), (2, 0, 3)])
+def test_padded_phases_of_the_rows_kernels(cl_runtime, monkeypatch, stride, padding, width):
+    # pad_planes splits each padded row into `stride` phases: rows wide enough for its run of whole groups of
+    # `stride` inputs and for the columns on either side that it fills one by one (cl/conv.cl)
+    monkeypatch.setattr(cl_runtime, "is_cpu", True)  # depthwise_rows, whatever this device is
+    check(dict(in_channels=3, out_channels=3, kernel_size=3, stride=stride, padding=padding, groups=3,
+               input_shape=(2, 3, 5, width)), cl_runtime)
