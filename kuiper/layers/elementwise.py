@@ -51,13 +51,19 @@ class ElementwiseLayer(Layer):
         return 0.0, 0.0
 
     def build_opencl(self, rt):
-        self.cl_kernel = rt.kernel("activation.cl", "activation", [f"-DACT=act_{self.cl_function}"])
+        # CPUs: exactly one work-item per element, no bounds check (Enqueuer.run_exact)
+        self.cl_exact = rt.is_cpu
+        self.cl_kernel = rt.kernel("activation.cl", "activation",
+                                   [f"-DACT=act_{self.cl_function}", *(["-DEXACT"] if self.cl_exact else [])])
 
     def forward_opencl(self, q, inputs, outputs):
         n = outputs[0].size
         a, b = self.cl_params()
-        q.run(self.cl_kernel, (round_up(n, 256),), None,
-              outputs[0].buffer, inputs[0].buffer, np.int32(n), np.float32(a), np.float32(b))
+        args = (outputs[0].buffer, inputs[0].buffer, np.int32(n), np.float32(a), np.float32(b))
+        if self.cl_exact:
+            q.run_exact(self.cl_kernel, (n,), 256, *args)
+        elif n:
+            q.run(self.cl_kernel, (round_up(n, 256),), None, *args)
 
 
 # ---- the error function ----------------------------------------------------------------------------------

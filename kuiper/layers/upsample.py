@@ -26,7 +26,7 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 
-#: on CPUs the OpenCL grid's width is a multiple of this, the last columns launched apart (cl/resize.cl)
+#: on CPUs the OpenCL grid's columns are launched in spans of this many, the last ones apart (cl/resize.cl)
 SPAN = 16
 
 MODES = ("nearest", "nearest-exact", "bilinear", "bicubic")
@@ -195,12 +195,7 @@ class Upsample(Layer):
         scales = (source_scale(in_size, out_size, self.align_corners, scale)
                   for in_size, out_size, scale in zip(x.shape[2:], y.shape[2:], self.kernel_scales))
         args = (y.buffer, x.buffer, np.int32(y.size), *map(np.int32, sizes), *scales, self.cl_flag)
-        if not self.cl_grid:
+        if self.cl_grid:
+            q.run_exact(self.cl_kernel, (y.shape[3], y.shape[2], y.shape[0] * y.shape[1]), SPAN, *args)
+        else:
             q.run(self.cl_kernel, (round_up(y.size, 256),), None, *args)
-            return
-        out_h, out_w = y.shape[2:]
-        planes, spans = y.shape[0] * y.shape[1], out_w - out_w % SPAN
-        if spans:
-            q.run(self.cl_kernel, (spans, out_h, planes), None, *args)
-        if spans < out_w:  # the ragged end: the grid has no bounds check
-            q.run(self.cl_kernel, (out_w - spans, out_h, planes), None, *args, offset=(spans, 0, 0))

@@ -375,6 +375,17 @@ class Enqueuer:
         return self._issued(_cl().enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size,
                                                            global_work_offset=offset, wait_for=self._wait))
 
+    def run_exact(self, kernel, global_size, span: int, *args):
+        """Enqueue `kernel` over exactly `global_size` work-items, for a kernel with no bounds check: dimension 0
+        in whole spans of `span` (a size PoCL can split into vectors), then its ragged end apart, at an offset.
+        On CPUs PoCL runs neighbouring work-items as the lanes of a vector only where the kernel is straight-line
+        code: a bounds check made it store lane by lane (cl/resize.cl, cl/activation.cl)."""
+        whole, rest = global_size[0] - global_size[0] % span, tuple(global_size[1:])
+        if whole:
+            self.run(kernel, (whole, *rest), None, *args)
+        if whole < global_size[0]:
+            self.run(kernel, (global_size[0] - whole, *rest), None, *args, offset=(whole, *(0 for _ in rest)))
+
     def write(self, buffer, array: np.ndarray):
         """Upload a host array without waiting (the final blocking read orders everything after it)."""
         return self._issued(_cl().enqueue_copy(self.queue, buffer, array, is_blocking=False, wait_for=self._wait))
