@@ -9,8 +9,8 @@
 // so no division finds it (10-25x dearer than the rest on PoCL), and PoCL runs neighbouring work-items as the
 // lanes of one vector. That takes straight-line code: the tap loops are unrolled, dimension 0 is exactly the
 // output width (the host launches the ragged end apart, at an offset), since a bounds check or a clamped
-// column made PoCL store lane by lane (bilinear 28x28 -> 224x224 of 21 planes: 2.3 ms as rows of 16 planes,
-// 2.3 with a bounds check, 1.3 without).
+// column made PoCL store lane by lane (bilinear 28x28 -> 224x224 of 21 planes, Debian PoCL on a Zen 4: 2.3 ms
+// as rows of 16 planes, 2.3 with a bounds check, 1.3 without).
 //
 // The built-ins of the tap arithmetic (floor, fmin, clamp) are written as comparisons: each is a call on PoCL.
 
