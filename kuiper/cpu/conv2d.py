@@ -24,7 +24,8 @@ WINOGRAD_MIN_TILES). The rule (`Conv2d._rule`) picks a variant per input shape; 
 when it plans a shape (kuiper/variants.py), which makes Winograd's transformed weights then, not in a forward.
 
 kuiper's threads (kuiper/cpu/threads.py) share each convolution: bands of output rows when the image is big
-enough for every thread to get a band worth a GEMM, else its channels (Winograd's output channels, im2col's
+enough for every thread to get a band worth a GEMM (and, for Winograd, its transformed weights small enough
+for every thread to read), else its channels (Winograd's input channels, then its output channels; im2col's
 input channels with the partial products summed); the depthwise variants always split the channels. A sum and
 an activation fused after the convolution (kuiper/layers/fused.py) run on each band as soon as its bias is
 added, while it is still in the cache.
@@ -59,9 +60,11 @@ COLUMN_BYTES = 4 << 20
 #: then 0.58-0.60 (2 threads of a Zen 4)
 IM2COL_COPY_MACS = 32
 
-#: Winograd runs over bands of tile rows whose work buffers (three per thread) hold about this much each. It
-#: only bounds the memory: narrower bands make the a*a GEMMs thinner, and ResNet-18 ran no faster with bands of
-#: 256 KiB to 2 MiB than with whole images.
+#: Winograd runs over bands of tile rows whose work buffers (three per thread) hold about this much each, or
+#: as much as the transformed weights where those are larger: each band's GEMMs read all of the weights, so a
+#: band that holds much less than they do waits on memory. ResNet-18 ran no faster with bands of 256 KiB to
+#: 2 MiB than with whole images; FCN-ResNet50's 2048 -> 512 channel 3x3 layer at 28x28 (151 MB of weights)
+#: took 60 ms in four bands of 14 and 7 tiles, 30 ms in one of 49 (2 threads of a Zen 4).
 WINOGRAD_BYTES = 4 << 20
 
 #: Winograd's transformed weights are (a/3)^2 times im2col's: with fewer tiles per image than this, the GEMMs
@@ -70,9 +73,20 @@ WINOGRAD_BYTES = 4 << 20
 WINOGRAD_MIN_TILES = 32
 
 #: kuiper's threads split an image into bands of tile rows if each band keeps this many tiles (columns of its
-#: a*a GEMMs); else each band's input is transformed once and its output channels are split. Bands took
-#: ResNet-18's 28x28 layers (21 tiles a band on 2 threads) in 1.6-1.7 ms, channels in 1.9-2.3 ms.
+#: a*a GEMMs) and the transformed weights are at most WINOGRAD_SHARED_WEIGHTS bytes; else they split each band's
+#: input channels to transform it, then its output channels. Bands took ResNet-18's 28x28 layers (21 tiles a
+#: band on 2 threads) in 1.6-1.7 ms, channels in 1.9-2.3 ms while one thread transformed the whole input.
 WINOGRAD_BAND_TILES = 16
+
+#: each thread's band reads all of the transformed weights, and the threads do so at once: above this many
+#: bytes of them, the threads share one band's channels instead. Bands / channels, ms on 2 threads of a Zen 4,
+#: 49 tiles: F(2x2) at 14x14, 256 channels (4 MiB of weights) 1.12/0.99, 512 (16 MiB) 4.48/3.66; F(4x4) at
+#: 28x28, 128 channels (2.3 MiB) 0.67/0.67, 256 (9 MiB) 3.67/2.93, 512 (36 MiB) 10.3/8.8.
+WINOGRAD_SHARED_WEIGHTS = 3 << 20
+
+#: a band's input channels are split over the threads in parts of at least this many (layers with weights
+#: above WINOGRAD_SHARED_WEIGHTS have hundreds)
+WINOGRAD_SPLIT_CHANNELS = 64
 
 #: depthwise convolution at stride 1 (one input channel per group, kuiper/cpu/depthwise.py) runs depthwise_nchw
 #: on outputs of this many pixels or more, depthwise_hcw on smaller ones. Measured inside MobileNet-v2/v3,
@@ -228,11 +242,14 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         whole = 0 if (ho, wo) == (f.m * tiles_h, f.m * tiles_w) else n * cout * f.m * tiles_h * f.m * tiles_w
         units = self._winograd_bands(f, n, c, tiles_h, tiles_w)
         band = units[0][2]
-        if len(units) >= threads.num_threads():  # as _winograd splits: bands, or a band's output channels
+        shared = 0
+        if len(units) >= threads.num_threads():  # as _winograd splits: bands, or a band's channels
             workers = threads.parts(len(units))
         else:
-            workers = threads.parts(cout, -(-threads.MIN_MACS // (f.a * f.a * c * band * tiles_w)))
-        return 4 * (padded + whole) + max(1, workers) * 3 * 4 * f.a * f.a * max(c, cout) * band * tiles_w
+            workers = max(threads.parts(c, WINOGRAD_SPLIT_CHANNELS),
+                          threads.parts(cout, -(-threads.MIN_MACS // (f.a * f.a * c * band * tiles_w))))
+            shared = f.a * f.a * c * band * tiles_w
+        return 4 * (padded + whole + shared) + max(1, workers) * 3 * 4 * f.a * f.a * max(c, cout) * band * tiles_w
 
     def _im2col_bands(self, n: int, k: int, ho: int, wo: int) -> list:
         """im2col's bands of output rows: columns of at most COLUMN_BYTES, shared evenly over the threads."""
@@ -240,10 +257,13 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
                              wo * k * (self.out_channels // self.groups + IM2COL_COPY_MACS))
 
     def _winograd_bands(self, f: Winograd, n: int, c: int, tiles_h: int, tiles_w: int) -> list:
-        """Winograd's bands of tile rows: work buffers of about WINOGRAD_BYTES, shared evenly over the threads."""
+        """Winograd's bands of tile rows: work buffers of about WINOGRAD_BYTES or the transformed weights' size,
+        shared evenly over the threads where the weights are small enough to be read by each."""
         width = f.a * f.a * max(c, self.out_channels) * tiles_w
-        return threads.bands(n, tiles_h, max(1, WINOGRAD_BYTES // (4 * width)), tiles_w,
-                             tiles_w * f.a * f.a * c * self.out_channels, WINOGRAD_BAND_TILES)
+        weights = 4 * f.a * f.a * c * self.out_channels
+        shared = weights <= WINOGRAD_SHARED_WEIGHTS
+        return threads.bands(n, tiles_h, max(1, max(WINOGRAD_BYTES, weights) // (4 * width)), tiles_w,
+                             tiles_w * f.a * f.a * c * self.out_channels, WINOGRAD_BAND_TILES if shared else math.inf)
 
     def forward_numpy(self, inputs, outputs):
         self.forward_epilogue(inputs, outputs, Epilogue([], inputs))
@@ -410,22 +430,24 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
             """A thread's three work buffers: each step below reads one and writes another."""
             return [self.scratch.get(f"winograd_{name}{worker}", size) for name in "abc"]
 
-        def transform_input(worker, item, row, band):
-            """B^T d B for every tile of the band and every input channel, shaped (a*a, C, tiles)."""
+        def transform_input(worker, item, row, band, first=0, stop=c, v=None):
+            """B^T d B for every tile of the band and input channels first..stop-1, into their share of `v`, an
+            (a, a, C * tiles) array (by default the worker's own buffer); returns v shaped (a*a, C, tiles)."""
             buf_a, buf_b, _ = buffers(worker)
-            t = band * tiles_w
+            t, k = band * tiles_w, stop - first
             # the padded rows the band's tiles cover; the 2 rows it shares with the next band get the same
             # values from both threads
-            first, stop = max(row * m, top), min((row + band) * m + a - m, top + h)
-            padded[item, :, first:stop, left:left + w] = x[item, :, first - top:stop - top]
+            top_row, stop_row = max(row * m, top), min((row + band) * m + a - m, top + h)
+            rows = slice(top_row - top, stop_row - top)
+            padded[item, first:stop, top_row:stop_row, left:left + w] = x[item, first:stop, rows]
             # im2col of tiles: d[i, j, channel, tile] = pixel (i, j) of the tile
-            d = view(buf_a, a, a, c, band, tiles_w)
-            np.copyto(d, tiles[item, :, row:row + band].transpose(3, 4, 0, 1, 2))
+            d = view(buf_a, a, a, k, band, tiles_w)
+            np.copyto(d, tiles[item, first:stop, row:row + band].transpose(3, 4, 0, 1, 2))
             # B^T d B: B^T mixes the tile's rows i, then (batched over the new rows p) its columns j
-            bt_d = view(buf_b, a, a, c * t)
+            bt_d = view(buf_b, a, a, k * t)
             np.matmul(f.bt, d.reshape(a, -1), out=bt_d.reshape(a, -1))
-            v = view(buf_a, a, a, c * t)
-            np.matmul(f.bt, bt_d, out=v)
+            v = view(buf_a, a, a, c * t) if v is None else v
+            np.matmul(f.bt, bt_d, out=v[:, :, first * t:stop * t])
             return v.reshape(a * a, c, t)
 
         def transform_output(worker, v, item, row, band, first, stop):
@@ -456,10 +478,14 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
 
         if len(units) >= threads.num_threads():
             threads.parallel(bands_part, len(units))
-        else:  # too few bands to share: transform each band's input once, split its output channels
+        else:  # too few bands to share: split each band's input channels, then its output channels
+            shared = self.scratch.get("winograd_v", (a * a * c * units[0][2] * tiles_w,))
             for unit in units:
-                v = transform_input(0, *unit)
-                threads.parallel(lambda first, stop, worker: transform_output(worker, v, *unit, first, stop), cout,
+                v = view(shared, a, a, c * unit[2] * tiles_w)
+                threads.parallel(lambda first, stop, worker: transform_input(worker, *unit, first, stop, v), c,
+                                 grain=WINOGRAD_SPLIT_CHANNELS)
+                threads.parallel(lambda first, stop, worker: transform_output(worker, v.reshape(a * a, c, -1), *unit,
+                                                                              first, stop), cout,
                                  grain=-(-threads.MIN_MACS // (a * a * c * unit[2] * tiles_w)))
         if not exact:  # the epilogue, once the overhanging tiles are cut off
             out[...] = whole[:, :, :ho, :wo]

@@ -157,14 +157,18 @@ def splits(monkeypatch):
     monkeypatch.setattr(threads, "MIN_MACS", 1)
 
 
-@pytest.fixture(params=["budget", "tiny budget"])
+@pytest.fixture(params=["budget", "tiny budget", "large weights"])
 def budgets(request, monkeypatch):
     """The work buffers' real sizes, or sizes small enough to cut each image into bands of 1 to 5 rows (of
-    output pixels, of tiles), the last band often shorter."""
+    output pixels, of tiles), the last band often shorter; or Winograd's weights counted as too large to be
+    read by every thread, so that each band's input channels and then its output channels are split."""
     if request.param == "tiny budget":
         monkeypatch.setattr(conv2d, "COLUMN_BYTES", 2500)
         monkeypatch.setattr(conv2d, "WINOGRAD_BYTES", 6100)
         monkeypatch.setattr(depthwise, "BAND_BYTES", 2000)  # NCHW: a channel at a time, in bands; HCW: rows
+    if request.param == "large weights":
+        monkeypatch.setattr(conv2d, "WINOGRAD_SHARED_WEIGHTS", 0)
+        monkeypatch.setattr(conv2d, "WINOGRAD_SPLIT_CHANNELS", 1)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -318,6 +322,22 @@ def test_depthwise_keeps_its_workspace(budgets, name, variant):
                 assert layer.workspace_bytes([shape]) == expected
         kept = sum(b.nbytes for b in layer.scratch._buffers.values())
         assert kept == expected, f"{count} thread(s)"
+
+
+@pytest.mark.parametrize("name, variant", [("3x3 F4 overhanging", "winograd_f4"), ("3x3 F2 batch3", "winograd_f2")])
+def test_winograd_keeps_its_workspace(budgets, name, variant):
+    """What Winograd keeps between forwards is what workspace_bytes says, at 1-3 threads, in whole images or
+    small bands, split by bands or by channels."""
+    params, shape, _ = CASES[name]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    for count in THREADS:
+        layer = make_fast(params, shape)
+        assert layer.variants.fix([shape]) == variant
+        with running_on(count):
+            layer.run_numpy(x)
+            layer.run_numpy(x)
+            expected = layer.workspace_bytes([shape])
+        assert sum(b.nbytes for b in layer.scratch._buffers.values()) == expected, f"{count} thread(s)"
 
 
 @pytest.mark.parametrize("change", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=(3, 1))])
