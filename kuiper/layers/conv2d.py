@@ -49,6 +49,10 @@ GROUPED_DIRECT_CHANNELS = 64
 #: every load of the input (ResNeXt-like 3x3, 28x28, 32 groups, PoCL on Zen 4, ms, GEMMs / 1 / 4 / 8 a work-item:
 #: 4 channels a group 0.81/0.30/0.13/-, 8: 0.87/1.44/0.36/0.40, 16: 4.5/5.3/2.5/1.8, 32: 13.5/15.4/9.6/4.3)
 GROUPED_BLOCKS = (8, 4)
+#: on CPUs, im2col gives each work-item a whole output row from this width on, else one pixel (im2col_pixels,
+#: launched in whole spans of IM2COL_PIXEL_SPAN): cl/conv.cl has the crossover, 20 to 24 pixels on PoCL, Zen 4
+IM2COL_ROW_WIDTH = 24
+IM2COL_PIXEL_SPAN = 16
 
 
 def batched(array: np.ndarray) -> np.ndarray:
@@ -260,6 +264,7 @@ class Conv2d(ConvLayer):
         if not self.pointwise:  # for the GEMM variants that read a column matrix, not the images
             self.cl_im2col = rt.kernel("conv.cl", "im2col")
             self.cl_whole_rows = rt.is_cpu  # im2col's work-items: whole output rows on CPUs, pixels on GPUs
+            self.cl_im2col_pixels = rt.kernel("conv.cl", "im2col_pixels") if rt.is_cpu else None
             self.cl_columns = Columns(rt)
 
     def forward_opencl(self, q, inputs, outputs):
@@ -299,9 +304,15 @@ class Conv2d(ConvLayer):
                       variant=variant, **bias)
             return
         columns, span = self.cl_columns, wo if self.cl_whole_rows else 1
+        # short rows on CPUs: a work-item per pixel, whose row its float arithmetic finds below 2^22 pixels
+        pixels = self.cl_im2col_pixels is not None and wo < IM2COL_ROW_WIDTH and ho * wo < 1 << 22
         for first, count in columns.chunks(items, g * k * ho * wo):
-            q.run(self.cl_im2col, (round_up(ho * -(-wo // span), 16), k, count * g), None, columns.buffer,
-                          x.buffer, first * cin * h * w, span, g, cin_g, h, w, ho, wo, *geometry)
+            if pixels:
+                q.run_exact(self.cl_im2col_pixels, (ho * wo, k, count * g), IM2COL_PIXEL_SPAN, columns.buffer,
+                            x.buffer, first * cin * h * w, 1 / wo, cin_g, h, w, ho, wo, *geometry)
+            else:
+                q.run(self.cl_im2col, (round_up(ho * -(-wo // span), 16), k, count * g), None, columns.buffer,
+                      x.buffer, first * cin * h * w, span, g, cin_g, h, w, ho, wo, *geometry)
             self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
                                 b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
                                 groups=g, items=count, variant=variant, **bias)

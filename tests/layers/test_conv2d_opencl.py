@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper
+import kuiper.layers.conv2d
 import kuiper.opencl.gemm
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy, write_model
 from kuiper.opencl import spec_of
@@ -34,6 +35,16 @@ def test_conv_opencl_matches_numpy(cl_runtime, case):
 ], ids=["3x3", "3x3 stride2", "1x1 stride2", "depthwise wide"])
 def test_larger_convolutions_opencl(cl_runtime, case):
     check(case, cl_runtime)
+
+
+@pytest.mark.parametrize("width", [0, 10 ** 6], ids=["rows", "pixels"])
+def test_im2col_in_rows_and_in_pixels_opencl(cl_runtime, monkeypatch, width):
+    """On CPUs im2col gives a work-item a whole output row or one pixel, by the output's width: each way on
+    every case, and on a tall image whose pixels' rows im2col_pixels finds by float arithmetic."""
+    monkeypatch.setattr(kuiper.layers.conv2d, "IM2COL_ROW_WIDTH", width)
+    for case in CASES.values():
+        check(case, cl_runtime)
+    check(dict(in_channels=2, out_channels=3, kernel_size=3, padding=1, input_shape=(1, 2, 3001, 21)), cl_runtime)
 
 
 def test_unbatched_and_chunked_batch_opencl(cl_runtime, monkeypatch):
