@@ -1,8 +1,8 @@
 """Linear: y = x @ W^T + b over the last axis, for inputs of any rank (leading axes are batch axes).
 
 On OpenCL it is one GEMM (kuiper/opencl/gemm.py) with the bias added per column in the kernel; on CPUs, with
-the weights in panels, a stack of one GEMM per panel. This numpy
-forward is the reference; the numpy backend shares its GEMM over kuiper's threads (kuiper/cpu/linear.py).
+the weights in panels, a stack of one GEMM per panel. This numpy forward is the reference; the numpy backend
+shares its GEMM over kuiper's threads (kuiper/cpu/linear.py).
 """
 
 import math

@@ -123,7 +123,9 @@ def expected_kernels(path, rt, out_shape):
         return 3 if rt.is_cpu else 1
     if path == "depthwise":  # on CPUs the input is padded first
         return 2 if rt.is_cpu else 1
-    if path == "im2col" and rt.is_cpu:  # these rows are short: im2col_pixels in whole spans, then the rest; the GEMM
+    if path == "im2col" and rt.is_cpu:  # im2col, then the GEMM; short rows: im2col_pixels in spans, then the rest
+        if out_shape[-1] >= conv2d.IM2COL_ROW_WIDTH:
+            return 2
         pixels, span = out_shape[-2] * out_shape[-1], conv2d.IM2COL_PIXEL_SPAN
         return (pixels >= span) + (pixels % span > 0) + 1
     return 1  # on a GPU the GEMM does im2col itself
