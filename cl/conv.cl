@@ -157,16 +157,22 @@ __kernel void depthwise_rows(__global store_t* restrict y, __global const store_
     const float b = has_bias ? LOAD(bias, o) : 0.0f;
     const long first = (plane * out_h + oy) * out_w;
     for (int ox = 0; ox < out_w; ox += DW) {
-        float8 acc = b;
+        // a sum per kernel row: KH independent chains of KW multiply-adds. One chain of KH * KW waited on each
+        // multiply-add's latency: 7x7 over 384 planes of 14 x 14 took 0.40 ms, now 0.14 (Debian PoCL, Zen 4)
+        float8 row_sums[KH];
         #pragma unroll
         for (int i = 0; i < KH; ++i) {
+            row_sums[i] = i == 0 ? b : 0.0f;
             #pragma unroll
             for (int j = 0; j < KW; ++j) {
                 const int shift = j * dilation_w;  // lane l reads padded column (ox + l) * SW + shift
                 const __global store_t* r = in + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
-                acc += taps[i * KW + j] * LANES(LANE);
+                row_sums[i] += taps[i * KW + j] * LANES(LANE);
             }
         }
+        float8 acc = row_sums[0];
+        #pragma unroll
+        for (int i = 1; i < KH; ++i) acc += row_sums[i];
         union { float8 v; float s[DW]; } lanes = {acc};
         const long at = first + ox;
         if (ox + DW <= out_w) {  // unrolled: straight-line stores the compiler vectorizes
