@@ -8,13 +8,12 @@
 // numpy) pass NaN through; PoCL also calls them out of line instead of inlining a compare.
 float clip(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-// e^x from operators only: PoCL leaves a built-in such as exp() a call per element inside a kernel's unrolled
+// 2^t from operators only: PoCL leaves a built-in such as exp() a call per element inside a kernel's unrolled
 // stores (gemm_cpu's, the depthwise rows'), which kept their fused SiLU from vectorizing: EfficientNet-V2-S's
-// 100 convolutions with SiLU took 35 ms of its 57, 23 with the activation left out. Here 2^t, t = x log2 e, is
-// 2^n (built in the exponent bits) times 2^f, |f| <= 1/2, by its Taylor polynomial of degree 7 (relative error
-// below 1e-7 before float rounding). Below 2^-126 it gives 0, beyond 2^128 infinity; NaN stays NaN.
-float exp_fit(float x) {
-    const float t = x * 1.44269504088896341f;
+// 100 convolutions with SiLU took 35 ms of its 57, 23 with the activation left out. 2^t is 2^n (built in the
+// exponent bits) times 2^f, |f| <= 1/2, by its Taylor polynomial of degree 7 (relative error below 1e-7 before
+// float rounding). Below 2^-126 it gives 0, beyond 2^128 infinity; NaN stays NaN.
+float exp2_fit(float t) {
     const float n = (t + 12582912.0f) - 12582912.0f;  // t rounded to the nearest integer (|t| < 2^22)
     const float f = t - n;
     const float p = 1.0f + f * (0.693147181f + f * (0.240226507f + f * (0.0555041087f + f * (0.00961812911f +
@@ -23,6 +22,7 @@ float exp_fit(float x) {
     const float scaled = p * as_float((uint)((int)m + 127) << 23);
     return t < -126.0f ? 0.0f : (t >= 128.0f ? INFINITY : scaled);
 }
+float exp_fit(float x) { return exp2_fit(x * 1.44269504088896341f); }
 
 float act_relu(float x, float a, float b) { return x < 0.0f ? 0.0f : x; }
 // 1 / (1 + e^-x): for very negative x, e^-x overflows to inf and the result is exactly 0, never NaN
@@ -33,18 +33,22 @@ float act_leaky_relu(float x, float a, float b) { return x >= 0.0f ? x : a * x; 
 float act_silu(float x, float a, float b) { return x / (1.0f + exp_fit(-x)); }
 float act_hardsigmoid(float x, float a, float b) { return clip(x / 6.0f + 0.5f, 0.0f, 1.0f); }
 float act_hardswish(float x, float a, float b) { return x * clip(x / 6.0f + 0.5f, 0.0f, 1.0f); }
-// erfc(z) for z >= 0 by Numerical Recipes' Chebyshev fit (`erfcc`: relative error below 1.2e-7 for every
-// z >= 0, so the far tail keeps its precision); erfc(-z) = 2 - erfc(z). One exp and a polynomial: PoCL's own
-// erfc is a library call that ran convnext_tiny's GELUs at ~50 ns per element.
-float erfc_fit(float x) {
-    const float z = fabs(x), t = 1.0f / (1.0f + 0.5f * z);
-    const float p = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f +
-                    t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
-    const float e = t * exp_fit(-z * z + p);
-    return x >= 0.0f ? e : 2.0f - e;
+// GELU(x) = max(x, 0) - a Q(a), a = |x|, Q(a) = erfc(a / sqrt 2) / 2 the normal distribution's upper tail,
+// with a Q(a) = -v 2^(P(v) - k a^2), v = -a / (a + 3), k = log2(e) / 2: the numpy backend's formula
+// (kuiper/cpu/activations.py, _GELU_P, fitted by tools/fit_gelu.py; relative error below 2.5e-7), full
+// precision in the far negative tail (float32 rounding brings it to 7e-6 at x = -11.6). One division, P and
+// exp2_fit: Numerical Recipes' erfc took a second polynomial, 0.80 ms against 0.67 for ConvNeXt-T's GELU over
+// 3136 x 384 floats (Debian PoCL, Zen 4), and was less precise (1.7e-5). x is clamped at 40 from above, where
+// GELU(x) = x: +inf would make v inf/inf. NaN stays NaN.
+float act_gelu(float x, float a_, float b_) {
+    const float c = x > 40.0f ? 40.0f : x;
+    const float a = c < 0.0f ? -c : c;
+    const float v = -a / (a + 3.0f);
+    const float p = 0.584962153f + v * (2.01055283f + v * (-0.374806405f + v * (-0.352908597f + v * (0.171191122f +
+                    v * (-0.406279772f + v * (-0.739911848f + v * -0.284720321f))))));
+    const float q = v * exp2_fit(p - a * a * 0.721347520f);  // -a Q(a)
+    return x < 0.0f ? q : x + q;
 }
-// x * Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: erfc keeps full precision in the far negative tail
-float act_gelu(float x, float a, float b) { return 0.5f * x * erfc_fit(-x * M_SQRT1_2_F); }
 // the tanh fit: x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
 float act_gelu_tanh(float x, float a, float b) {
     float two_u = 1.5957691216057308f * (x + 0.044715f * x * x * x);

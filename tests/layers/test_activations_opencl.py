@@ -42,3 +42,19 @@ def test_exp_formulas_element_by_element(cl_runtime, type_, params):
     finite = np.isfinite(want)
     np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
     np.testing.assert_allclose(got[finite], want[finite], rtol=2e-5, atol=1e-30)
+
+
+def test_opencl_gelu_uses_the_numpy_backends_fit():
+    """act_gelu in cl/activations.h writes out the polynomial of kuiper/cpu/activations.py's FastGELU: the two
+    backends share one fit (tools/fit_gelu.py), so a refit must reach both."""
+    import re
+
+    from kuiper.cpu.activations import _GELU_P
+    from kuiper.opencl.runtime import CL_DIR
+
+    source = (CL_DIR / "activations.h").read_text()
+    body = source[source.index("float act_gelu("):]
+    body = body[:body.index("}")]
+    coefficients = [float(c) for c in re.findall(r"(-?\d+\.\d+)f", body[body.index("const float p"):
+                                                                       body.index("const float q")])]
+    assert coefficients == list(_GELU_P)
