@@ -8,6 +8,27 @@
 #include "store.h"
 #include "group_reduce.h"
 
+// this work-item's share of a row's sum of x - shift (squared when `squares`): the elements lid, lid + size, ...
+// of the row that starts at `start`, in eight running sums. One sum waited on each addition's latency: on CPUs,
+// where a work-item takes a row alone, LayerNorm over (3136, 96) took 0.56 ms, now 0.15 (Debian PoCL, Zen 4)
+inline float partial_sum(__global const store_t* x, long start, int length, int lid, int size, float shift,
+                         bool squares) {
+    float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int j = lid;
+    for (; j + 7 * size < length; j += 8 * size) {
+        #pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const float d = LOAD(x, start + j + u * size) - shift;
+            s[u] += squares ? d * d : d;
+        }
+    }
+    for (; j < length; j += size) {
+        const float d = LOAD(x, start + j) - shift;
+        s[0] += squares ? d * d : d;
+    }
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 // One work-group per row: the group strides through the row together (unit-stride loads), and combines its
 // partial sums in local memory. Two passes compute the variance around the mean, as numpy and PyTorch do:
 // the one-pass formula E[x^2] - E[x]^2 loses every digit when the mean is large against the spread.
@@ -19,16 +40,8 @@ __kernel void norm_rows(__global store_t* restrict y, __global const store_t* re
     const int size = get_local_size(0);
     const int row = get_group_id(0);
     const long start = (long)row * length;
-    float sum = 0.0f;
-    for (int j = lid; j < length; j += size) {
-        sum += LOAD(x, start + j);
-    }
-    const float mean = group_reduce(sum, scratch, false) / length;
-    float squares = 0.0f;
-    for (int j = lid; j < length; j += size) {
-        const float d = LOAD(x, start + j) - mean;
-        squares += d * d;
-    }
+    const float mean = group_reduce(partial_sum(x, start, length, lid, size, 0.0f, false), scratch, false) / length;
+    const float squares = partial_sum(x, start, length, lid, size, mean, true);
     const float scale = 1.0f / sqrt(group_reduce(squares, scratch, false) / length + eps);
     const int first = (row % groups) * length;
     for (int j = lid; j < length; j += size) {
