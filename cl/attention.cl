@@ -8,6 +8,7 @@
 // (every score -inf) gives zeros with zero_empty_rows (PyTorch's SDPA), else NaN (its plain softmax).
 
 #include "store.h"
+#include "activations.h"
 #include "group_reduce.h"
 #include "group_softmax.h"
 
@@ -44,7 +45,7 @@ __kernel void attention_softmax(__global store_t* restrict p, const int rows_per
             }
         }
         STORE(p, start + j, s);
-        m = fmax(m, s);
+        m = s > m ? s : m;  // fmax would be a call on PoCL; NaN is skipped either way
     }
     group_softmax(p, p, start, length, group_reduce(m, scratch, true), zero_empty_rows, scratch);
 }

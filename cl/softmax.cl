@@ -2,6 +2,7 @@
 // (o * length + j) * inner + k. Both kernels compute numpy's formula, in its order: m = max over the
 // line, e_j = exp(x_j - m) written to y, then y_j = e_j / sum(e).
 
+#include "activations.h"
 #include "group_reduce.h"
 #include "group_softmax.h"
 #include "store.h"
@@ -23,7 +24,7 @@ __kernel void softmax_lines(__global store_t* restrict y, __global const store_t
     }
     float sum = 0.0f;
     for (int j = 0; j < length; ++j) {
-        const float e = exp(LOAD(x, start + j * inner) - m);
+        const float e = exp_fit(LOAD(x, start + j * inner) - m);
         STORE(y, start + j * inner, e);
         sum += e;
     }
@@ -37,12 +38,6 @@ __kernel void softmax_lines(__global store_t* restrict y, __global const store_t
 // rows * local size exactly: every group has a row.
 __kernel void softmax_rows(__global store_t* restrict y, __global const store_t* restrict x, const int length,
                            __local float* scratch) {
-    const int lid = get_local_id(0);
-    const int size = get_local_size(0);
     const int start = get_group_id(0) * length;
-    float m = -INFINITY;
-    for (int j = lid; j < length; j += size) {
-        m = fmax(m, LOAD(x, start + j));
-    }
-    group_softmax(y, x, start, length, group_reduce(m, scratch, true), false, scratch);
+    group_softmax(y, x, start, length, group_row_max(x, start, length, scratch), false, scratch);
 }
