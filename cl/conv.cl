@@ -5,6 +5,7 @@
 //
 // Geometry along an axis: output o's tap t reads input o * stride - pad + t * dilation.
 #include "epilogue.h"
+#include "store.h"  // LOAD8
 
 // ---- im2col: column matrix (items, groups, cin_g * kh * kw, out_h * out_w) of a batch of images ----------
 // Row (c, i, j) of group g holds, for every output pixel, the input channel g * cin_g + c under tap (i, j),
@@ -131,11 +132,9 @@ __kernel void depthwise_conv2d(__global store_t* restrict y, __global const stor
     STORE(y, at, epilogue(sum, residual, at, act_a, act_b));
 }
 
-// DW = 8 lanes: AVX2's width, and no more than a 7x7 image's row wastes. As in gemm_cpu, vectors are built
-// from scalar loads (merged into one vector load where they are consecutive), not vload8, a call on PoCL.
+// DW = 8 lanes: AVX2's width, and no more than a 7x7 image's row wastes. Vectors come from LOAD8 (store.h),
+// scalar loads that PoCL merges into one vector load, not vload8, a call on PoCL.
 #define DW 8
-#define LANES(f) (float8)(f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7))
-#define LANE(l) LOAD(r, l)  // lane l of the vector of pixels that starts at r
 
 // `padded`: the input planes with their padding (pad_planes), padded_h rows of SW phases of phase_w columns:
 // column c of the padded row is element c / SW of phase c % SW, so that the lanes of a tap, SW columns apart,
@@ -167,7 +166,7 @@ __kernel void depthwise_rows(__global store_t* restrict y, __global const store_
             for (int j = 0; j < KW; ++j) {
                 const int shift = j * dilation_w;  // lane l reads padded column (ox + l) * SW + shift
                 const __global store_t* r = in + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
-                row_sums[i] += taps[i * KW + j] * LANES(LANE);
+                row_sums[i] += taps[i * KW + j] * LOAD8(r, 0);
             }
         }
         float8 acc = row_sums[0];
@@ -216,7 +215,7 @@ __kernel void grouped_rows(__global store_t* restrict y, __global const store_t*
                 for (int j = 0; j < KW; ++j) {
                     const int shift = j * dilation_w;
                     const __global store_t* r = in_c + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
-                    const float8 pixels = LANES(LANE);
+                    const float8 pixels = LOAD8(r, 0);
                     #pragma unroll
                     for (int k = 0; k < OB; ++k) acc[k] += LOAD(w, (k * cin_g + c) * KH * KW + i * KW + j) * pixels;
                 }

@@ -6,18 +6,6 @@
 #include "activations.h"  // exp_fit, exp_fit8
 #include "store.h"        // for store_t here, whichever order the kernel file names its headers in
 
-// Eight consecutive elements as a float8: PoCL merges the scalar loads into one vector load (vload8 would stay
-// a call), and the stores of a float8's lanes into one vector store.
-#define LOAD8(p, i) (float8)(LOAD(p, (i)), LOAD(p, (i) + 1), LOAD(p, (i) + 2), LOAD(p, (i) + 3), LOAD(p, (i) + 4), \
-                             LOAD(p, (i) + 5), LOAD(p, (i) + 6), LOAD(p, (i) + 7))
-#define STORE8(p, i, v)                                                                                       \
-    do {                                                                                                      \
-        const float8 lanes_ = (v);                                                                            \
-        STORE(p, (i), lanes_.s0); STORE(p, (i) + 1, lanes_.s1); STORE(p, (i) + 2, lanes_.s2);                 \
-        STORE(p, (i) + 3, lanes_.s3); STORE(p, (i) + 4, lanes_.s4); STORE(p, (i) + 5, lanes_.s5);             \
-        STORE(p, (i) + 6, lanes_.s6); STORE(p, (i) + 7, lanes_.s7);                                           \
-    } while (0)
-
 // The maximum of row elements start .. start + length - 1 of x, the group striding through them. A comparison,
 // not fmax (a call on PoCL), skips NaN as fmax does: a NaN in the row makes its softmax NaN all the same.
 float group_row_max(__global const store_t* x, const long start, const int length, __local float* scratch) {

@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.layer_norm import row_groups
+from kuiper.layers.reduce import RowGroups
 from kuiper.layers.registry import register
 from kuiper.layers.strided import StridedCopy, View, contiguous_strides, merge_dims
 from kuiper.opencl import DeviceTensor
@@ -147,7 +147,7 @@ class Attention(Layer):
     def build_opencl(self, rt):
         self.gemm = Gemm(rt)
         self.copier = StridedCopy(rt)
-        self.cl_softmax = row_groups(rt, "attention.cl", "attention_softmax")
+        self.cl_softmax = RowGroups(rt, "attention.cl", "attention_softmax", shortest=1)
         self.cl_work = DeviceBuffers(rt)
 
     def attend_opencl(self, q, sizes: tuple, query: Matrix, keys_t: Matrix, values: Matrix, out: Matrix,

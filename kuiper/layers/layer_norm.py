@@ -33,16 +33,6 @@ from kuiper.layers.registry import register
 AFFINE = ("weight", "bias")
 
 
-def row_groups(rt, file: str, name: str) -> RowGroups:
-    """A kernel that normalises each row with one work-group (cl/group_reduce.h) on GPUs, and with a group of one
-    work-item on CPUs, where a core walks its rows alone: PoCL ran Swin's (3136, 96) LayerNorm 7-10x faster so
-    than with 128 work-items a row. Attention's softmax (cl/attention.cl) launches the same way."""
-    rows = RowGroups(rt, file, name, shortest=1)
-    if rt.is_cpu:
-        rows.largest = 1
-    return rows
-
-
 class Normalization(Layer):
     num_inputs = None  # the functional forms take their weight and bias as inputs
 
@@ -112,7 +102,7 @@ class Normalization(Layer):
 
     # ---- OpenCL (cl/norm.cl) ------------------------------------------------------------------------------
     def build_opencl(self, rt):
-        self.cl_rows = row_groups(rt, "norm.cl", "norm_rows")
+        self.cl_rows = RowGroups(rt, "norm.cl", "norm_rows", shortest=1)
         self.cl_affine = {key: rt.upload(source) for key, source in self.affine.items() if not isinstance(source, int)}
 
     def forward_opencl(self, q, inputs, outputs):

@@ -29,11 +29,12 @@ GROUP_SIZE = 256
 
 
 class RowGroups:
-    """A kernel that gives each contiguous row of its input to one work-group (cl/group_reduce.h), for GPUs:
-    the group reads the row unit-stride, where one work-item per row would stride by the row length, and
-    long rows spread over many cores. Its arguments end with the group's local scratch. Layers make one on
-    GPUs only (a CPU core runs a row fastest alone), and use it for rows of `shortest` elements or more:
-    shorter ones run faster one per work-item, as many small groups leave the GPU's cores half empty."""
+    """A kernel that gives each contiguous row of its input to one work-group (cl/group_reduce.h). On GPUs the
+    group reads the row unit-stride, where one work-item per row would stride by the row length, and long rows
+    spread over many cores. On CPUs the group is one work-item, since a core runs a row fastest alone: PoCL ran
+    Swin's (3136, 96) LayerNorm 7-10x faster so than with 128 work-items a row. Its arguments end with the
+    group's local scratch. Layers use it for rows of `shortest` elements or more: on GPUs shorter ones run
+    faster one per work-item, as many small groups leave the cores half empty."""
 
     def __init__(self, rt, file: str, name: str, shortest: int, options=()):
         import pyopencl as cl
@@ -42,7 +43,7 @@ class RowGroups:
         self.shortest = shortest
         limit = min(GROUP_SIZE, rt.device.max_work_group_size, self.kernel.get_work_group_info(
             cl.kernel_work_group_info.WORK_GROUP_SIZE, rt.device))
-        self.largest = 1 << (limit.bit_length() - 1)
+        self.largest = 1 if rt.is_cpu else 1 << (limit.bit_length() - 1)
         self.scratch = cl.LocalMemory(4 * self.largest)
 
     def takes(self, length: int) -> bool:

@@ -16,7 +16,6 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.layer_norm import row_groups
 from kuiper.layers.reduce import RowGroups
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
@@ -47,8 +46,7 @@ class Softmax(Layer):
         # softmax reads a row three times: from 32 on, a group's unit-stride reads won by 2x and more (H100).
         # On a CPU a row alone in float8 steps: 0.14 ms for MaxViT-T's (64, 2, 49, 49) scores, against 1.0 with a
         # work-item per line (Debian PoCL, Zen 4)
-        self.cl_rows = row_groups(rt, "softmax.cl", "softmax_rows") if rt.is_cpu else \
-            RowGroups(rt, "softmax.cl", "softmax_rows", shortest=32)
+        self.cl_rows = RowGroups(rt, "softmax.cl", "softmax_rows", shortest=1 if rt.is_cpu else 32)
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
