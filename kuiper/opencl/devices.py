@@ -37,6 +37,18 @@ __kernel void probe(__global float* x, const float a, const int n) {
 """
 PROBE_ITEMS = 100  # not a multiple of any work-group size: the bounds check is exercised too
 
+# What the driver's compiler targets, as its predefined macros say: PoCL's clang defines the instruction
+# sets of the CPU it compiles for (LLVM 14 in the PoCL wheel takes a Zen 4 for a Zen 3: AVX2, and so 16
+# vector registers where Debian's LLVM 15 gives AVX-512's 32); Intel's runtime defines none. gemm_cpu sizes
+# its register block by it. Built with the probe, in the same program.
+TARGET_MACROS = {"avx512f": "__AVX512F__", "avx2": "__AVX2__", "neon": "__ARM_NEON"}
+TARGET_SOURCE = """
+__kernel void target(__global int* bits) {
+    bits[0] = 0
+%s    ;
+}
+""" % "".join(f"#ifdef {macro}\n        | {1 << i}\n#endif\n" for i, macro in enumerate(TARGET_MACROS.values()))
+
 # precision fp16 stores through these two core built-ins (cl/store.h): checked once before a device is used so
 HALF_PROBE_SOURCE = """
 __kernel void half_probe(__global half* y, __global const half* x, const float a) {
@@ -153,6 +165,7 @@ def describe(device) -> dict:
         "max work-group": device.max_work_group_size,
         "local memory KiB": device.local_mem_size // 1024,
         "global memory MiB": device.global_mem_size // 2**20,
+        "compiles for": ", ".join(sorted(target_features(device))) or "(the compiler does not say)",
     }
 
 
@@ -182,6 +195,7 @@ def build_program(context, source: str, options: list):
 
 # ---- probing ------------------------------------------------------------------------------------------
 _PROBES: dict = {}
+_TARGETS: dict = {}  # device -> its compiler's TARGET_MACROS, found by the probe
 
 
 def probe(device) -> str | None:
@@ -193,21 +207,33 @@ def probe(device) -> str | None:
     return _PROBES[key]
 
 
+def target_features(device) -> frozenset:
+    """The names in TARGET_MACROS that the device's kernel compiler defines (empty where the probe failed)."""
+    probe(device)
+    return _TARGETS.get(device.int_ptr, frozenset())
+
+
 def _probe(device) -> str | None:
     cl = _cl()
     x = np.linspace(-2, 2, PROBE_ITEMS, dtype=np.float32)
+    bits = np.zeros(1, np.int32)
     try:
         context = cl.Context([device])
         queue = cl.CommandQueue(context)
-        kernel = build_program(context, PROBE_SOURCE, ["-cl-kernel-arg-info"]).probe
+        program = build_program(context, PROBE_SOURCE + TARGET_SOURCE, ["-cl-kernel-arg-info"])
+        kernel = program.probe
         if kernel.get_arg_info(1, cl.kernel_arg_info.TYPE_NAME).strip() != "float":
             return "the driver reports wrong kernel argument types"
         buffer = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
         kernel(queue, (128,), None, buffer, np.float32(3), np.int32(PROBE_ITEMS))
         y = np.empty_like(x)
         cl.enqueue_copy(queue, y, buffer, is_blocking=True)
+        target = cl.Buffer(context, cl.mem_flags.WRITE_ONLY, 4)
+        program.target(queue, (1,), None, target)
+        cl.enqueue_copy(queue, bits, target, is_blocking=True)
     except Exception as e:  # any failure of any driver makes the device unusable; say why
         return one_line(e)
+    _TARGETS[device.int_ptr] = frozenset(name for i, name in enumerate(TARGET_MACROS) if bits[0] >> i & 1)
     expected = x * np.float32(3) + np.arange(PROBE_ITEMS, dtype=np.float32)
     if not np.allclose(y, expected, rtol=1e-6, atol=1e-6):
         return f"the test kernel computed wrong values (max error {float(np.abs(y - expected).max()):.3g})"

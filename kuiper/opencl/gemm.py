@@ -39,10 +39,15 @@ from kuiper.opencl.runtime import round_up
 from kuiper.variants import Variant, Variants
 
 
-#: gemm_cpu's register block: MB rows by NV vectors of 16 columns (24 AVX2/AVX-512 ymm accumulators:
-#: LLVM splits a float16 into two 256-bit halves on these CPUs, and 32 such registers exist)
+#: gemm_cpu's register block: MB rows by NV vectors of VN columns
 CPU_ROWS = 6
-#: (columns per block, NV, VN) from widest to narrowest; a product narrower than a block uses the next
+#: (columns per block, NV, VN) from widest to narrowest; a product narrower than a block uses the next.
+#: LLVM splits a float16 into two 256-bit halves on x86, so 6 x 32 keeps 24 accumulators in registers only
+#: where the compiler targets AVX-512 (32 vector registers); with AVX2's 16 the loop spilled to the stack and
+#: the rule takes 6 x 16 (12 accumulators) as widest (`Gemm.cpu_blocks`). PoCL wheel (AVX2 code), 2 threads
+#: of a Zen 4, ms 6x32/6x16: 64 x 576 x 3136 1.91/1.13, 128 x 1152 x 784 3.58/1.19, 512 x 4608 x 49 2.18/2.26;
+#: Intel's runtime there (which does not say what it targets) 5.59/1.39, 6.95/2.45, 1.49/1.68; with AVX-512
+#: (Debian PoCL) 1.09-1.15/1.05-1.08, 1.11-1.22/1.07, 1.34-1.74/1.73-1.83
 CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
 #: on CPUs a constant B (Linear's weights) is stored in panels of PANEL columns, each K x PANEL in one run of
 #: memory, and multiplied as a stack of one product per panel (`panels`): a work-item then reads its columns of
@@ -214,7 +219,13 @@ class Gemm:
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
-        return cpu_name(next(block[0] for block in CPU_BLOCKS if block[0] <= n))
+        return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n))
+
+    @property
+    def cpu_blocks(self) -> tuple:
+        """The CPU_BLOCKS the rule takes on this device: the 32-column one only where the kernel compiler
+        targets AVX-512 (see CPU_BLOCKS); measurement (KUIPER_TUNING=measure) still tries them all."""
+        return CPU_BLOCKS if "avx512f" in self.rt.target_features else CPU_BLOCKS[1:]
 
     def candidates(self, n: int) -> list:
         """The variants able to compute products n columns wide: gemm_cpu's blocks no wider (the kernel needs

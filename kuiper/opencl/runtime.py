@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from kuiper.errors import BackendError, KernelBuildError
-from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_device
+from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_device, target_features
 from kuiper.tensor import Tensor, normalize_shape
 
 CL_DIR = Path(__file__).resolve().parent.parent.parent / "cl"
@@ -84,6 +84,12 @@ class OpenCLRuntime:
     @is_cpu.setter
     def is_cpu(self, value: bool) -> None:
         self._shared["is_cpu"] = value
+
+    @property
+    def target_features(self) -> frozenset:
+        """What the device's kernel compiler targets, by its own predefined macros: {"avx2", "avx512f"} and the
+        like, empty where it does not say (devices.target_features)."""
+        return target_features(self.device)
 
     @property
     def programs_built(self) -> int:

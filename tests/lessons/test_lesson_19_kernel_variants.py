@@ -93,7 +93,8 @@ def test_a_measured_winner_is_cached_and_reused(cl_runtime, tmp_path, monkeypatc
     name = variants.choose(layer, [(1, 6, 5, 4)], "measure")
     entries = json.loads((tmp_path / "tuning.json").read_text())["entries"]
     (entry,) = entries.values()
-    assert entry["variant"] == name == min(entry["seconds"], key=entry["seconds"].get)
+    # the fastest; stored to 4 digits, two variants can tie
+    assert entry["variant"] == name and entry["seconds"][name] == min(entry["seconds"].values())
     assert set(entry["seconds"]) == {"plane", "channel", "tiled"}
 
     def no_measuring(*args):

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import OPENCL_DEVICES, ROOT
 from kuiper import BackendError, cli
+from kuiper.cpu.blas import cpu_flags
 from kuiper.opencl import devices, runtime
 
 # a kernel every compiler rejects: what the PoCL wheel's "unknown target CPU 'generic'" does to every build
@@ -29,6 +30,16 @@ def every_build_fails(monkeypatch):
 def test_a_usable_device_passes_the_probe_and_is_listed(cl_runtime):
     assert devices.probe(cl_runtime.device) is None
     assert cl_runtime.device.int_ptr in {dev.int_ptr for _, _, _, dev in devices.usable_devices()}
+
+
+def test_a_cpu_compiler_targets_only_instruction_sets_this_cpu_has(cl_runtime):
+    """What the kernel compiler says it targets (its predefined macros) is among what Linux lists for this CPU:
+    code for more would not run here."""
+    features = devices.target_features(cl_runtime.device)
+    assert features <= set(devices.TARGET_MACROS)
+    flags = cpu_flags()
+    if cl_runtime.is_cpu and "avx" in flags:  # an x86 Linux machine
+        assert features - {"neon"} <= flags, (features, cl_runtime.device.name)
 
 
 def test_the_default_is_the_first_usable_device_gpus_then_cpus(cl_runtime):
