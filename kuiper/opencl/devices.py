@@ -279,8 +279,8 @@ def usable_devices() -> list:
 
 
 def by_preference(devices: list) -> list:
-    """GPUs, then CPUs, then the rest. Among CPUs PoCL comes first: ResNet-18 took 49 ms on the PoCL wheel
-    and 68 ms on Intel's runtime (2-vCPU AMD EPYC, Zen 4, AVX-512, 2026-11). Else the drivers' order."""
+    """GPUs, then CPUs, then the rest. Among CPUs PoCL comes first: ResNet-18 took 28-31 ms on the PoCL wheel
+    and 43-44 ms on Intel's runtime (2-vCPU AMD EPYC, Zen 4, AVX-512, 2026-11-25). Else the drivers' order."""
     def rank(entry):
         device = entry[3]
         kind = 0 if is_gpu(device) else 1 if is_cpu(device) else 2
