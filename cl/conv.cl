@@ -6,6 +6,7 @@
 // Geometry along an axis: output o's tap t reads input o * stride - pad + t * dilation.
 #include "epilogue.h"
 #include "store.h"  // LOAD8
+#include "lanes.h"
 
 // ---- im2col: column matrix (items, groups, cin_g * kh * kw, out_h * out_w) of a batch of images ----------
 // Row (c, i, j) of group g holds, for every output pixel, the input channel g * cin_g + c under tap (i, j),
@@ -15,7 +16,7 @@
 // division per pixel (a per-pixel division runs 10-25x slower on PoCL). GPUs take one pixel each (span = 1),
 // so that neighbouring work-items write neighbouring addresses. Global size (out_h * segments, rows,
 // items * groups); the chunk's first image starts x_offset elements into x.
-__kernel void im2col(__global store_t* restrict col, __global const store_t* restrict x, const long x_offset,
+__kernel OWN_LANES void im2col(__global store_t* restrict col, __global const store_t* restrict x, const long x_offset,
                      const int span, const int groups, const int cin_g, const int height, const int width,
                      const int out_h, const int out_w, const int kernel_h, const int kernel_w,
                      const int stride_h, const int stride_w, const int pad_h, const int pad_w,
@@ -48,7 +49,7 @@ __kernel void im2col(__global store_t* restrict col, __global const store_t* res
 // pixels (the float error is under 0.5 / out_w there), not by an integer division per pixel (see above).
 // Debian PoCL on 2 Zen 4 cores, ms, rows / pixels: 512 channels 3x3 at 7x7 0.24/0.09, 256 at 14x14 0.27/0.15,
 // at 24x24 0.51/0.61; stride 2, 256 channels 14x14 -> 7x7 0.12/0.04, 64 channels 56x56 -> 28x28 0.19/0.19.
-__kernel void im2col_pixels(__global store_t* restrict col, __global const store_t* restrict x,
+__kernel OWN_LANES void im2col_pixels(__global store_t* restrict col, __global const store_t* restrict x,
                             const long x_offset, const float inv_out_w, const int cin_g, const int height,
                             const int width, const int out_h, const int out_w, const int kernel_h,
                             const int kernel_w, const int stride_h, const int stride_w, const int pad_h,
@@ -139,7 +140,7 @@ __kernel void depthwise_conv2d(__global store_t* restrict y, __global const stor
 // `padded`: the input planes with their padding (pad_planes), padded_h rows of SW phases of phase_w columns:
 // column c of the padded row is element c / SW of phase c % SW, so that the lanes of a tap, SW columns apart,
 // are consecutive. The phases reach past the last block of DW pixels: lanes past out_w read zeros.
-__kernel void depthwise_rows(__global store_t* restrict y, __global const store_t* restrict padded,
+__kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global const store_t* restrict padded,
                              __global const store_t* restrict weight, __global const store_t* restrict bias,
                              const int has_bias, EPILOGUE_ARGS, const int channels, const int multiplier,
                              const int padded_h, const int phase_w, const int out_h, const int out_w,
@@ -189,7 +190,7 @@ __kernel void depthwise_rows(__global store_t* restrict y, __global const store_
 // output channel a work-item ran load-bound, slower than the stack of thin GEMMs from 8 channels a group up).
 // Global size (out_h, items * channels / OB); cout_g is a multiple of OB.
 #ifdef OB
-__kernel void grouped_rows(__global store_t* restrict y, __global const store_t* restrict padded,
+__kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global const store_t* restrict padded,
                            __global const store_t* restrict weight, __global const store_t* restrict bias,
                            const int has_bias, EPILOGUE_ARGS, const int channels, const int cout_g, const int cin_g,
                            const int padded_h, const int phase_w, const int out_h, const int out_w,
@@ -247,7 +248,7 @@ inline float padded_at(const __global store_t* in, bool inside, int c, int left,
     return inside && c >= left && c < left + width ? LOAD(in, c) : 0.0f;
 }
 
-__kernel void pad_planes(__global store_t* restrict padded, __global const store_t* restrict x, const int height,
+__kernel OWN_LANES void pad_planes(__global store_t* restrict padded, __global const store_t* restrict x, const int height,
                          const int width, const int padded_h, const int phase_w, const int top, const int left) {
     const int r = get_global_id(0);
     const long z = get_global_id(1);

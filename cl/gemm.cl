@@ -18,6 +18,7 @@
 //             Built with KH and KW, it reads B as implicit im2col of a convolution's input.
 
 #include "epilogue.h"
+#include "lanes.h"
 
 // The offset of product z's matrix, in elements (long: a batch of activations can pass 2^31 elements).
 inline long stack_offset(int z, int groups, long offset, long group_stride, long item_stride) {
@@ -60,7 +61,7 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 #define LOADV(p) LOAD(p, 0)
 #endif
 
-__kernel void gemm_cpu(__global store_t* restrict C, __global const store_t* restrict A,
+__kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const store_t* restrict A,
                        __global const store_t* restrict B, __global const store_t* restrict bias, const int bias_mode,
                        EPILOGUE_ARGS,
                        const int M, const int N, const int K, const int lda, const int ldb, const int ldc,

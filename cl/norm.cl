@@ -6,6 +6,7 @@
 // of channels of one sample, it is the element's channel (inner = pixels per channel).
 
 #include "store.h"
+#include "lanes.h"
 #include "group_reduce.h"
 
 // this work-item's share of a row's sum of x - shift (squared when `squares`): the elements lid, lid + size, ...
@@ -32,7 +33,7 @@ inline float partial_sum(__global const store_t* x, long start, int length, int 
 // One work-group per row: the group strides through the row together (unit-stride loads), and combines its
 // partial sums in local memory. Two passes compute the variance around the mean, as numpy and PyTorch do:
 // the one-pass formula E[x^2] - E[x]^2 loses every digit when the mean is large against the spread.
-__kernel void norm_rows(__global store_t* restrict y, __global const store_t* restrict x,
+__kernel OWN_LANES void norm_rows(__global store_t* restrict y, __global const store_t* restrict x,
                         __global const store_t* restrict weight, __global const store_t* restrict bias,
                         const int has_weight, const int has_bias, const int length, const int groups,
                         const int inner, const float eps, __local float* scratch) {

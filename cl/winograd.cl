@@ -15,10 +15,11 @@
 // Tile t is tile (ty, tx) of batch item t / (tiles_h * tiles_w); work-item (t, c) handles one channel of it,
 // so consecutive work-items read and write consecutive tiles: V and M are laid out (a*a, channels, tiles).
 #include "epilogue.h"
+#include "lanes.h"
 
 #define WA (WM + 2)
 
-__kernel void winograd_input(__global float* restrict V, __global const store_t* restrict x, const int channels,
+__kernel OWN_LANES void winograd_input(__global float* restrict V, __global const store_t* restrict x, const int channels,
                              const int height, const int width, const int pad_h, const int pad_w,
                              const int tiles_h, const int tiles_w, const int tiles) {
     const int t = get_global_id(0), c = get_global_id(1);
@@ -61,7 +62,7 @@ __kernel void winograd_input(__global float* restrict V, __global const store_t*
     }
 }
 
-__kernel void winograd_output(__global store_t* restrict y, __global const float* restrict M,
+__kernel OWN_LANES void winograd_output(__global store_t* restrict y, __global const float* restrict M,
                               __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,
                               const int channels, const int out_h, const int out_w, const int tiles_h,
                               const int tiles_w, const int tiles) {
