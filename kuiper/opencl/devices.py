@@ -279,8 +279,10 @@ def usable_devices() -> list:
 
 
 def by_preference(devices: list) -> list:
-    """GPUs, then CPUs, then the rest. Among CPUs PoCL comes first: ResNet-18 took 28-31 ms on the PoCL wheel
-    and 43-44 ms on Intel's runtime (2-vCPU AMD EPYC, Zen 4, AVX-512, 2026-11-25). Else the drivers' order."""
+    """GPUs, then CPUs, then the rest. Among CPUs PoCL comes first: the PoCL wheel and Intel's runtime were
+    within noise of each other on ResNet-18 and most of seven zoo models, the wheel ahead on efficientnet_b0
+    and convnext_tiny, Intel's runtime on resnet50, and Intel's runtime spread far more from one process to
+    the next (ResNet-18 25-46 ms; 2-vCPU AMD EPYC, Zen 4, AVX-512, 2026-11-25). Else the drivers' order."""
     def rank(entry):
         device = entry[3]
         kind = 0 if is_gpu(device) else 1 if is_cpu(device) else 2
