@@ -154,7 +154,7 @@ def is_cpu(device) -> bool:
 
 def describe(device) -> dict:
     cl = _cl()
-    return {
+    info = {
         "name": device.name.strip(),
         # (to_string gives "ALL | CPU" for PoCL's CPU, which also sets the DEFAULT bit)
         "type": " | ".join(kind for kind in ("GPU", "CPU", "ACCELERATOR", "CUSTOM")
@@ -165,8 +165,10 @@ def describe(device) -> dict:
         "max work-group": device.max_work_group_size,
         "local memory KiB": device.local_mem_size // 1024,
         "global memory MiB": device.global_mem_size // 2**20,
-        "compiles for": ", ".join(sorted(target_features(device))) or "(the compiler does not say)",
     }
+    if probe(device) is None:  # what a compiler targets is known once it has built the probe
+        info["compiles for"] = ", ".join(sorted(target_features(device))) or "(the compiler does not say)"
+    return info
 
 
 def spec_of(device) -> str:

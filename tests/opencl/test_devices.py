@@ -87,6 +87,7 @@ def test_kuiper_devices_says_which_devices_are_usable_and_why_not(every_build_fa
     assert cli.main(["devices"]) == 0
     out = capsys.readouterr().out
     assert out.count("NOT usable: error:") == len(devices.all_devices()) and "no usable device" in out
+    assert "compiles for" not in out  # a compiler that built nothing has said nothing of its target
 
 
 def test_kuiper_devices_marks_the_chosen_usable_device(cl_runtime, capsys):
