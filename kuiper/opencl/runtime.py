@@ -209,17 +209,26 @@ def _kernel_path(file) -> Path:
 
 
 def _source_and_hash(path: Path) -> tuple:
-    """The source of a kernel file and a hash over it and every header it includes (so an edit rebuilds).
-    Headers are looked up beside the file, then in cl/."""
+    """The source of a kernel file and a hash over it and every header it includes, directly or through
+    another header (so an edit to any of them rebuilds)."""
     if not path.exists():
         raise KernelBuildError(f"kernel file not found: {path}", file=str(path), options="", log="")
     source = path.read_text()
     digest = hashlib.sha256(source.encode())
-    for header in sorted(set(_INCLUDE.findall(source))):
-        header_path = path.parent / header if (path.parent / header).exists() else CL_DIR / header
-        if header_path.exists():
-            digest.update(header_path.read_bytes())
+    for header_path in sorted(_headers(path, source, set())):
+        digest.update(header_path.read_bytes())
     return source, digest.hexdigest()
+
+
+def _headers(path: Path, source: str, found: set) -> set:
+    """`found` with the existing headers `source` (the text of `path`) includes, and theirs in turn; each is
+    looked up beside the file that names it, then in cl/."""
+    for header in _INCLUDE.findall(source):
+        header_path = path.parent / header if (path.parent / header).exists() else CL_DIR / header
+        if header_path.exists() and header_path not in found:
+            found.add(header_path)
+            _headers(header_path, header_path.read_text(), found)
+    return found
 
 
 def _scalar_types(kernel, name: str) -> list:

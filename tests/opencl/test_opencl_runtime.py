@@ -47,6 +47,25 @@ def test_program_cache_builds_once_and_rebuilds_after_an_edit(cl_runtime, tmp_pa
     assert cl_runtime.programs_built == built + 3
 
 
+def test_an_edit_to_a_header_that_a_header_includes_rebuilds(cl_runtime, tmp_path):
+    (tmp_path / "outer.h").write_text('#include "inner.h"\n')
+    (tmp_path / "inner.h").write_text("#define FACTOR 2.0f\n")
+    source = tmp_path / "nested.cl"
+    source.write_text('#include "outer.h"\n'
+                      "__kernel void nested(__global float* y) { y[get_global_id(0)] *= FACTOR; }\n")
+    hash_before = cl_runtime.source_hash(source)
+
+    def run():
+        buf = cl_runtime.upload(np.arange(4, dtype=np.float32))
+        cl_runtime.kernel(source, "nested")(cl_runtime.queue, (4,), None, buf)
+        return opencl.DeviceTensor(cl_runtime, buf, (4,)).numpy()
+
+    np.testing.assert_array_equal(run(), [0, 2, 4, 6])
+    (tmp_path / "inner.h").write_text("#define FACTOR 5.0f\n")
+    assert cl_runtime.source_hash(source) != hash_before  # a tuning measurement no longer holds
+    np.testing.assert_array_equal(run(), [0, 5, 10, 15])
+
+
 def test_a_broken_kernel_raises_kernel_build_error_with_the_log(cl_runtime, tmp_path):
     source = tmp_path / "broken.cl"
     source.write_text("__kernel void broken(__global float* y) { y[0] = undefined_name; }\n")
