@@ -175,7 +175,8 @@ def test_the_epilogue_adds_the_residual_then_activates(cl_runtime, monkeypatch, 
     assert_close(out, formula(np.matmul(a.astype(np.float64), b) + bias[:, None] + residual))
 
 
-GPU, CPU = SimpleNamespace(is_cpu=False), SimpleNamespace(is_cpu=True)
+GPU, CPU = SimpleNamespace(is_cpu=False, own_lanes=False), SimpleNamespace(is_cpu=True, own_lanes=False)
+INTEL_CPU = SimpleNamespace(is_cpu=True, own_lanes=True)  # Intel's runtime: OWN_LANES kernels store element by element
 
 
 def test_only_a_sum_then_an_activation_fits_in_the_kernel():
@@ -194,3 +195,12 @@ def test_the_erfc_gelu_is_a_kernel_of_its_own_on_cpus():
     assert KernelEpilogue.of([EpilogueStep(gelu)], GPU).options == ["-DACT=act_gelu"]
     assert KernelEpilogue.of([EpilogueStep(gelu)], CPU) is None
     assert KernelEpilogue.of([EpilogueStep(tanh_form)], CPU).options == ["-DACT=act_gelu_tanh"]
+
+
+def test_an_exponential_stays_out_of_stores_that_run_element_by_element():
+    silu, sigmoid, relu6 = (make_layer(t, input_shapes=[(1,)]) for t in ("nn.SiLU", "nn.Sigmoid", "nn.ReLU6"))
+    for layer in (silu, sigmoid):
+        assert KernelEpilogue.of([EpilogueStep(layer)], CPU).options == [f"-DACT=act_{layer.cl_function}"]
+        assert KernelEpilogue.of([EpilogueStep(layer)], INTEL_CPU) is None
+    assert KernelEpilogue.of(epilogue_steps(relu6), INTEL_CPU).options == ["-DADD", "-DACT=act_clamp"]
+    assert KernelEpilogue.of([EpilogueStep(None, extra=2)], INTEL_CPU).options == ["-DADD"]
