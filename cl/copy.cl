@@ -9,6 +9,7 @@
 // to 5 the inner ones in order; the slots between are unused. On GPUs, work-item i handles element i of the
 // shape in row-major order: consecutive work-items write consecutive elements whenever the destination's
 // innermost stride is 1, which the callers arrange. On CPUs (-DROWS), runs of rows: see the kernel.
+#include "lanes.h"
 
 // peel coordinate k off the remaining row-major index r and move both offsets along dim k
 #define STEP(k)                  \
@@ -19,7 +20,7 @@
         s += c * ss##k;          \
     }
 
-__kernel void strided_copy(__global T* restrict dst, const int dst_offset,
+__kernel OWN_LANES void strided_copy(__global T* restrict dst, const int dst_offset,
                            __global const T* restrict src, const int src_offset, const int n, const int rank,
                            const int n1, const int n2, const int n3, const int n4, const int n5,
                            const int ds0, const int ds1, const int ds2, const int ds3, const int ds4,

@@ -13,6 +13,7 @@
 // i finds its coordinates over `dims` once; each input's element is then a dot product with its strides.
 
 #include "store.h"
+#include "lanes.h"
 
 #define INPUT(k) __global const store_t* restrict in##k, const int8 st##k
 #ifdef ROWS  // (see the kernel) input k's element x of the row: from the row's first, base##k, x steps along it
@@ -134,7 +135,7 @@ int offset(const int8 c, const int8 strides) {
 // With a division per element, a squeeze-excitation product (N, C, H, W) * (N, C, 1, 1) took ~3 ns per
 // element. Global size (runs per row, rows). Without ROWS (GPUs), work-item (i, 0) computes element i, for
 // neighbouring addresses in neighbouring work-items. Global size (n rounded up, 1).
-__kernel void expression(__global store_t* restrict out, const int n, const int span, const int ndim,
+__kernel OWN_LANES void expression(__global store_t* restrict out, const int n, const int span, const int ndim,
                          const int8 dims, INPUTS) {
 #ifdef ROWS
     const int s = get_global_id(0), r = get_global_id(1);
