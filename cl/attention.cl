@@ -8,7 +8,6 @@
 // (every score -inf) gives zeros with zero_empty_rows (PyTorch's SDPA), else NaN (its plain softmax).
 
 #include "store.h"
-#include "activations.h"
 #include "group_reduce.h"
 #include "group_softmax.h"
 

@@ -2,6 +2,9 @@
 // (softmax_rows, reduce_rows): each work-item first folds its own strided share of the row, then this
 // combines the partial results in local memory, halving the active work-items each step.
 
+#ifndef KUIPER_GROUP_REDUCE_H
+#define KUIPER_GROUP_REDUCE_H
+
 // The maximum (maximum true) or the sum of v over the group, returned to every work-item. scratch holds one
 // float per work-item; the group size is a power of two; every work-item of the group must call it.
 float group_reduce(float v, __local float* scratch, const bool maximum) {
@@ -19,3 +22,5 @@ float group_reduce(float v, __local float* scratch, const bool maximum) {
     barrier(CLK_LOCAL_MEM_FENCE);  // the next call may overwrite scratch[0]
     return result;
 }
+
+#endif

@@ -1,10 +1,11 @@
-// The end of a softmax over a row shared by a work-group (softmax_rows in softmax.cl, attention_softmax in
-// attention.cl), once the group knows the row's maximum m: y_j = exp(x_j - m) / sum_k exp(x_k - m). Include
-// activations.h, group_reduce.h and store.h beside it: each kernel file names every header it uses, since the
-// program cache hashes the headers a file includes, not theirs.
+// A softmax over a row shared by a work-group (softmax_rows in softmax.cl, attention_softmax in attention.cl):
+// the row's maximum m, then y_j = exp(x_j - m) / sum_k exp(x_k - m).
+#ifndef KUIPER_GROUP_SOFTMAX_H
+#define KUIPER_GROUP_SOFTMAX_H
 
 #include "activations.h"  // exp_fit, exp_fit8
-#include "store.h"        // for store_t here, whichever order the kernel file names its headers in
+#include "group_reduce.h"
+#include "store.h"
 
 // The maximum of row elements start .. start + length - 1 of x, the group striding through them. A comparison,
 // not fmax (a call on PoCL), skips NaN as fmax does: a NaN in the row makes its softmax NaN all the same.
@@ -70,3 +71,5 @@ void group_softmax(__global store_t* y, __global const store_t* x, const long st
         STORE(y, start + j, LOAD(y, start + j) / divisor);
     }
 }
+
+#endif

@@ -26,6 +26,7 @@ _SIGMOID_SATURATED_FROM = 1e6
 @register("nn.GELU", "F.gelu")
 class GELU(ElementwiseLayer):
     cl_exponential = True
+
     def __init__(self, op):
         super().__init__(op)
         self.approximate = self.str_param("approximate", "none", choices=("none", "tanh"))

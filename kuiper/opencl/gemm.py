@@ -11,7 +11,8 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
 * "cpu 6xNB" runs `gemm_cpu`: no local memory, register blocks of MB x NB outputs in float16 vectors.
   PoCL runs a work-group's work-items in a loop on one core, dimension 0 innermost, so the host sizes
   work-groups as cache blocks: their work-items share the same columns of B while those are in the core's
-  cache, and walk down the rows of A. The rule gives CPUs (`rt.is_cpu`) the widest block the product fills.
+  cache, and walk down the rows of A. The rule gives CPUs (`rt.is_cpu`) the widest block the product fills
+  among those the compiler's vector registers hold (`Gemm.cpu_blocks`).
 * "gpu TMxTN" runs `gemm_gpu`: tiles staged in local memory with register blocking, within the kernel's
   and the device's largest work-group. For a convolution it reads B as implicit im2col straight from the
   input images (`Gemm(..., kernel_size)`): on a GPU, writing and reading back the column matrix took a
@@ -57,8 +58,8 @@ CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
 #: 25/50, 784 x 192 x 768 34/40; no gain where B is small (3136 x 384 x 96: 41-45/38 alone, 1.17 ms either way
 #: inside ConvNeXt-T)
 PANEL = CPU_BLOCKS[0][0]
-#: gemm_cpu's work-groups in blocks, (columns, rows), largest first: 1 x 32 blocks of 32 x 6, so a group's
-#: work-items all read one block of B's columns (K x 32, in the core's L1 or L2) and walk down 192 rows of A.
+#: gemm_cpu's work-groups in blocks, (columns, rows), largest first: 1 x 32 blocks (of 32 x 6 with AVX-512), so a
+#: group's work-items all read one block of B's columns (K x 32, in the core's L1 or L2) and walk down 192 rows of A.
 #: Two column blocks a group made consecutive work-items alternate between two of them: Debian PoCL, 2 threads
 #: of a Zen 4, ms, (2, 32) / (1, 32) groups: 256 x 256 x 3136 (a 1x1 convolution at 56x56) 2.78/1.85,
 #: 256 x 64 x 3136 0.75/0.49, 512 x 256 x 784 1.09/1.05, 2048 x 1024 x 49 1.32/1.21. Only these few sizes: PoCL
