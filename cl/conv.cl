@@ -176,8 +176,9 @@ __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global co
         union { float8 v; float s[DW]; } lanes = {acc};
         const long at = first + ox;
         if (ox + DW <= out_w) {  // unrolled: straight-line stores the compiler vectorizes
+            lanes.v = epilogue8(lanes.v, residual, at, act_a, act_b);
             #pragma unroll
-            for (int l = 0; l < DW; ++l) STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+            for (int l = 0; l < DW; ++l) STORE(y, at + l, lanes.s[l]);
         } else {  // the row's last block hangs over its end
             for (int l = 0; l < out_w - ox; ++l) STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
         }
@@ -226,9 +227,14 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
         for (int k = 0; k < OB; ++k) {
             union { float8 v; float s[DW]; } lanes = {acc[k]};
             const long at = first + (long)k * out_h * out_w + ox;
-            const int stored = out_w - ox < DW ? out_w - ox : DW;  // the row's last block hangs over its end
-            for (int l = 0; l < stored; ++l)
-                STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+            if (ox + DW <= out_w) {
+                lanes.v = epilogue8(lanes.v, residual, at, act_a, act_b);
+                #pragma unroll
+                for (int l = 0; l < DW; ++l) STORE(y, at + l, lanes.s[l]);
+            } else {  // the row's last block hangs over its end
+                for (int l = 0; l < out_w - ox; ++l)
+                    STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+            }
         }
     }
 }

@@ -46,6 +46,7 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 #define NB (NV * VN)
 #if VN == 16
 #define floatV float16
+#define epilogueV epilogue16
 #ifdef KUIPER_HALF  // one call, not 16 inlined conversions: PoCL compiled the unrolled form for 3-5 s a launch size
 #define LOADV(p) vload_half16(0, p)
 #else
@@ -55,9 +56,11 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 #endif
 #elif VN == 4
 #define floatV float4
+#define epilogueV epilogue4
 #define LOADV(p) (float4)(LOAD(p, 0), LOAD(p, 1), LOAD(p, 2), LOAD(p, 3))
 #elif VN == 1
 #define floatV float
+#define epilogueV epilogue
 #define LOADV(p) LOAD(p, 0)
 #endif
 
@@ -118,8 +121,12 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
             // 44 GMAC/s against 99 for the second, K = 384; PoCL, Zen 4)
             const float b = bias_mode == 1 ? LOAD(bias, g * M + m) : 0.0f;
             #pragma unroll
-            for (int c = 0; c < NB; ++c)
-                STORE(C, at + c, epilogue(row.s[c] + b + column_bias[c], residual, at + c, act_a, act_b));
+            for (int v = 0; v < NV; ++v) {  // the epilogue on whole vectors (cl/epilogue.h), then their lanes stored
+                const floatV sum = acc[r][v] + b + LOADV((column_bias + v * VN));
+                union { floatV v; float s[VN]; } out = {epilogueV(sum, residual, at + v * VN, act_a, act_b)};
+                #pragma unroll
+                for (int c = 0; c < VN; ++c) STORE(C, at + v * VN + c, out.s[c]);
+            }
             continue;
         }
 #endif

@@ -62,7 +62,9 @@ __kernel OWN_LANES void winograd_input(__global float* restrict V, __global cons
     }
 }
 
-__kernel OWN_LANES void winograd_output(__global store_t* restrict y, __global const float* restrict M,
+// Not OWN_LANES: Intel's runtime then merges work-items into vector lanes as PoCL does, which makes a fused
+// activation vector code (SiLU after 48 channels at 56x56: 0.99 -> 0.72 ms; Zen 4, 2 threads)
+__kernel void winograd_output(__global store_t* restrict y, __global const float* restrict M,
                               __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,
                               const int channels, const int out_h, const int out_w, const int tiles_h,
                               const int tiles_w, const int tiles) {

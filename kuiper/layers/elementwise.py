@@ -41,9 +41,6 @@ class ElementwiseLayer(Layer):
     # ---- OpenCL: every activation is one function in cl/activation.cl, chosen by -DACT=act_<name> ----
     #: the function's name in cl/activation.cl; None means the layer has no OpenCL formula
     cl_function: str | None = None
-    #: whether the formula takes an exponential (exp_fit, tanh): too dear for a store that runs element by
-    #: element, where a kernel's stores do (`OpenCLRuntime.own_lanes`; kuiper/opencl/gemm.py's KernelEpilogue)
-    cl_exponential = False
 
     @property
     def supports_opencl(self) -> bool:

@@ -104,7 +104,7 @@ class FusedLayer(Layer):
         return self.main.supports_opencl and all(step.layer.supports_opencl for step in self.steps)
 
     def build_opencl(self, rt):
-        epilogue = KernelEpilogue.of(self.steps, rt) if getattr(self.main, "takes_opencl_epilogue", False) else None
+        epilogue = KernelEpilogue.of(self.steps) if getattr(self.main, "takes_opencl_epilogue", False) else None
         self.in_kernel = epilogue is not None
         if self.in_kernel:
             self.main.cl_epilogue = epilogue

@@ -25,18 +25,9 @@ _SIGMOID_SATURATED_FROM = 1e6
 
 @register("nn.GELU", "F.gelu")
 class GELU(ElementwiseLayer):
-    cl_exponential = True
-
     def __init__(self, op):
         super().__init__(op)
         self.approximate = self.str_param("approximate", "none", choices=("none", "tanh"))
-
-    @property
-    def cl_store_on_cpu(self) -> bool:
-        """Whether a kernel's fused store (cl/epilogue.h) runs this formula on CPUs: not the exact form, which
-        cost 1.2 ns an element in gemm_cpu's store on PoCL (Zen 4) against 0.56 in the activation kernel
-        (MaxViT-T 132-136 -> 129-132 ms with it a kernel of its own, A/B)."""
-        return self.approximate == "tanh"
 
     @property
     def cl_function(self):

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ConstantB, Gemm, Matrix
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, NO_EPILOGUE, ConstantB, Gemm, Matrix
 from kuiper.layers.registry import register
 
 
@@ -47,8 +47,14 @@ class Linear(Layer):
             out += self.bias
 
     # ---- OpenCL ---------------------------------------------------------------------------------------
+    #: the fused steps the GEMM applies as it stores the output (a KernelEpilogue, set by FusedLayer)
+    cl_epilogue = NO_EPILOGUE
+
+    #: a fused activation or residual sum runs in the GEMM's store (kuiper/runtime/fusion.py)
+    takes_opencl_epilogue = True
+
     def build_opencl(self, rt):
-        self.gemm = Gemm(rt)
+        self.gemm = Gemm(rt, epilogue=self.cl_epilogue)
         self.cl_weight_t = ConstantB(rt, self.weight_t)  # on CPUs in panels, one product each, where they divide
         self.variants = self.gemm.choices(self.gemm_dims)
         self.cl_bias = None if self.bias is None else rt.upload(self.bias)
@@ -60,7 +66,7 @@ class Linear(Layer):
         self.gemm(q, y.size // self.out_features, a=Matrix(inputs[0].buffer, self.in_features),
                   **self.cl_weight_t.operands(Matrix(y.buffer, self.out_features)),
                   bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
-                  variant=self.variants.pick((inputs[0].shape,)))
+                  epilogue=self.cl_epilogue.args(inputs, y), variant=self.variants.pick((inputs[0].shape,)))
 
     def gemm_dims(self, shapes) -> tuple:
         """(m, n, stack) of the GEMMs for these input shapes: every leading axis folds into the rows."""

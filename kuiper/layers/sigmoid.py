@@ -27,7 +27,6 @@ def sigmoid(x, out):
 @register("nn.Sigmoid", "F.sigmoid")
 class Sigmoid(ElementwiseLayer):
     cl_function = "sigmoid"
-    cl_exponential = True
 
     def apply(self, x, out):
         sigmoid(x, out)

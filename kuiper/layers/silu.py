@@ -8,7 +8,6 @@ from kuiper.layers.sigmoid import sigmoid
 @register("nn.SiLU", "F.silu")
 class SiLU(ElementwiseLayer):
     cl_function = "silu"
-    cl_exponential = True
 
     def apply(self, x, out):
         sigmoid(x, out)

@@ -9,7 +9,6 @@ from kuiper.layers.registry import register
 @register("nn.Tanh", "F.tanh")
 class Tanh(ElementwiseLayer):
     cl_function = "tanh"
-    cl_exponential = True
 
     def apply(self, x, out):
         np.tanh(x, out=out)

@@ -105,17 +105,14 @@ class KernelEpilogue(NamedTuple):
     act: object = None
 
     @classmethod
-    def of(cls, steps: list, rt) -> "KernelEpilogue | None":
-        """The steps as a kernel epilogue on runtime `rt`, or None when they have another shape (two sums, a sum
-        after the activation, an activation with no OpenCL formula, or one slower in a store on this device: on
-        CPUs where the layer says so, and an exponential where stores run element by element)."""
+    def of(cls, steps: list) -> "KernelEpilogue | None":
+        """The steps as a kernel epilogue, or None when they have another shape (two sums, a sum after the
+        activation, an activation with no OpenCL formula)."""
         adds = [step.extra for step in steps if step.extra is not None]
         acts = [step.layer for step in steps if step.extra is None]
         if len(adds) > 1 or len(acts) > 1 or (adds and acts and steps[0].extra is None):
             return None
-        if acts and (getattr(acts[0], "cl_function", None) is None or
-                     rt.is_cpu and not getattr(acts[0], "cl_store_on_cpu", True) or
-                     rt.own_lanes and getattr(acts[0], "cl_exponential", False)):
+        if acts and getattr(acts[0], "cl_function", None) is None:
             return None
         return cls(adds[0] if adds else None, acts[0] if acts else None)
 

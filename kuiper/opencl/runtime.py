@@ -92,12 +92,6 @@ class OpenCLRuntime:
         return target_features(self.device)
 
     @property
-    def own_lanes(self) -> bool:
-        """Whether OWN_LANES (cl/lanes.h) takes effect here: Intel's CPU runtime, whose kernels so marked then
-        run a work-item at a time, their unrolled stores element by element (PoCL makes those vector stores)."""
-        return "cl_intel_vec_len_hint" in self.device.extensions.split()
-
-    @property
     def programs_built(self) -> int:
         """Programs compiled so far (every one is kept)."""
         return len(self._programs)

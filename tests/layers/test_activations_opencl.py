@@ -25,15 +25,16 @@ def test_activation_opencl_matches_numpy(cl_runtime, type_, params, shape):
     assert_opencl_matches_numpy(layer, cl_runtime, x)
 
 
-@pytest.mark.parametrize("type_, params", [("nn.Sigmoid", {}), ("nn.SiLU", {}), ("nn.GELU", {}),
+@pytest.mark.parametrize("type_, params", [("nn.Sigmoid", {}), ("nn.SiLU", {}), ("nn.Tanh", {}), ("nn.GELU", {}),
                                            ("nn.GELU", {"approximate": "tanh"})])
 def test_exp_formulas_element_by_element(cl_runtime, type_, params):
-    """The activations built on cl/activations.h's exp_fit, each element within 2e-5 of numpy's forward relative
+    """The activations built on cl/activations.h's exp_fit (tanh too), each element within 2e-5 of numpy's forward relative
     to itself, down to 1e-30 (e^x for x from -100 to 100, across float32's range, where exp_fit gives 0 or
     infinity; in the far tails rounding the argument to float32 alone costs a few 1e-6, 1.3e-5 in the tanh
     form's 2u); the infinities and NaN where numpy puts them."""
     x = np.concatenate([np.linspace(-100, 100, 20001, dtype=np.float32),
-                        np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 89.0, -89.0], np.float32)])
+                        np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 89.0, -89.0], np.float32),
+                        np.array([1e-30, -1e-6, 1e-3, 0.1249, -0.1251], np.float32)])  # tanh's two forms meet at 1/8
     layer = make_layer(type_, params=params, input_shapes=[x.shape])
     with np.errstate(over="ignore", invalid="ignore"):
         want = layer.run_numpy(x)[0]
@@ -53,8 +54,8 @@ def test_opencl_gelu_uses_the_numpy_backends_fit():
     from kuiper.opencl.runtime import CL_DIR
 
     source = (CL_DIR / "activations.h").read_text()
-    body = source[source.index("float act_gelu("):]
+    body = source[source.index("T act_gelu##S("):]
     body = body[:body.index("}")]
-    coefficients = [float(c) for c in re.findall(r"(-?\d+\.\d+)f", body[body.index("const float p"):
-                                                                       body.index("const float q")])]
+    coefficients = [float(c) for c in re.findall(r"(-?\d+\.\d+)f", body[body.index("const T p"):
+                                                                       body.index("const T q")])]
     assert coefficients == list(_GELU_P)

@@ -71,10 +71,11 @@ def test_every_gemm_variant_opencl(cl_runtime, name):
     assert {n.split()[0] for n in names} == {"cpu", "gpu"}
 
 
-def residual_graph(tmp_path, rt, groups: int, shape: tuple):
+def residual_graph(tmp_path, rt, groups: int, shape: tuple, activation: str):
     """A 3x3 convolution of `groups` groups on `shape` (N, C, H, W), C channels in and out, plus its input, through
-    LeakyReLU, then flattened (a graph output is never fused): the reference backend's output for a random input,
-    the input, and the graph on OpenCL with one fused operator `nn.Conv2d+pnnx.Expression+nn.LeakyReLU`."""
+    `activation` (its .param line's type and parameters), then flattened (a graph output is never fused): the
+    reference backend's output for a random input, the input, and the graph on OpenCL with one fused operator
+    `nn.Conv2d+pnnx.Expression+<the activation's type>`."""
     n, c, h, w = shape
     conv = (f"in_channels={c} out_channels={c} kernel_size=(3,3) stride=(1,1) padding=(1,1) dilation=(1,1) "
             f"groups={groups} bias=True @weight=({c},{c // groups},3,3)f32 @bias=({c})f32")
@@ -83,7 +84,7 @@ def residual_graph(tmp_path, rt, groups: int, shape: tuple):
 pnnx.Input               in0     0 1 x #x=({n},{c},{h},{w})f32
 nn.Conv2d                c       1 1 x a {conv} #a=({n},{c},{h},{w})f32
 pnnx.Expression          add     2 1 a x s expr=add(@0,@1) #s=({n},{c},{h},{w})f32
-nn.LeakyReLU             act     1 1 s t negative_slope=0.1 #t=({n},{c},{h},{w})f32
+{activation.split()[0]:24} act     1 1 s t {" ".join(activation.split()[1:])} #t=({n},{c},{h},{w})f32
 torch.flatten            flat    1 1 t y start_dim=1 end_dim=-1 #y=({n},{c * h * w})f32
 pnnx.Output              out     1 0 y
 """
@@ -91,23 +92,29 @@ pnnx.Output              out     1 0 y
     path = write_model(tmp_path, "residual", text, weights)
     x = RNG.standard_normal(shape, dtype=np.float32)
     graph = kuiper.load(path, backend="opencl", device=spec_of(rt.device))
-    assert [op.type for op in graph.order][1] == "nn.Conv2d+pnnx.Expression+nn.LeakyReLU"
+    assert [op.type for op in graph.order][1] == f"nn.Conv2d+pnnx.Expression+{activation.split()[0]}"
     return kuiper.load(path, backend="reference").forward(x)[0], x, graph
 
 
+# in rows 11 wide, the CPU kernels run the epilogue on a vector of 8 outputs, then on 3 one by one
+ACTIVATIONS = ["nn.LeakyReLU negative_slope=0.1", "nn.GELU"]
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("groups, channels", [(2, 8), (2, 16)])  # 4 and 8 output channels a work-item
-def test_grouped_rows_runs_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, groups, channels):
+def test_grouped_rows_runs_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, groups, channels, activation):
     monkeypatch.setattr(cl_runtime, "is_cpu", True)  # grouped_rows, whatever this device is
-    expected, x, graph = residual_graph(tmp_path, cl_runtime, groups, (2, channels, 9, 11))
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, groups, (2, channels, 9, 11), activation)
     (layer,) = [op.layer.main for op in graph.order if op.type.startswith("nn.Conv2d")]
     assert layer.cl_grouped
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("cpu", [True, False])
-def test_the_depthwise_kernels_run_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, cpu):
+def test_the_depthwise_kernels_run_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, cpu, activation):
     monkeypatch.setattr(cl_runtime, "is_cpu", cpu)  # depthwise_rows, or depthwise_conv2d
-    expected, x, graph = residual_graph(tmp_path, cl_runtime, 4, (2, 4, 9, 11))
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 4, (2, 4, 9, 11), activation)
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
 
 

@@ -8,7 +8,7 @@ import pytest
 import kuiper.opencl.winograd as winograd
 from conftest import assert_opencl_matches_numpy
 from test_conv2d import make_conv
-from test_conv2d_opencl import residual_graph
+from test_conv2d_opencl import ACTIVATIONS, residual_graph
 
 RNG = np.random.default_rng(23)
 WINOGRAD = "winograd F4"
@@ -53,8 +53,9 @@ def test_the_rule_takes_winograd_for_enough_tiles_on_cpus_and_large_layers_on_gp
     assert layer.variants.rule(large) != WINOGRAD
 
 
-def test_the_output_transform_runs_the_fused_epilogue(cl_runtime, tmp_path):
-    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 4, 9, 6))
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_the_output_transform_runs_the_fused_epilogue(cl_runtime, tmp_path, activation):
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 4, 9, 6), activation)
     fused = graph.order[1].layer
     fused.main.variants.use(((2, 4, 9, 6), (2, 4, 9, 6)), WINOGRAD)
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)

@@ -43,3 +43,30 @@ def test_weights_in_panels_on_cpus(cl_runtime):
     assert layer.gemm_dims([x.shape]) == ((14, PANEL, 3) if cl_runtime.is_cpu else (14, 3 * PANEL, 1))
     assert len(names) == len(layer.gemm.candidates(layer.gemm_dims([x.shape])[1]))
     np.testing.assert_array_equal(panels(layer.weight_t)[1], layer.weight_t[:, PANEL:2 * PANEL])
+
+
+@pytest.mark.parametrize("activation", ["nn.GELU", "nn.ReLU"])
+def test_a_residual_sum_and_activation_fuse_into_the_gemm(cl_runtime, tmp_path, activation):
+    """x -> Linear -> + x -> activation (then flattened: a graph output is never fused) on OpenCL is one operator
+    whose GEMM adds and activates as it stores, within float32 rounding of the reference backend. 96 features:
+    on CPUs three panels of 32 columns."""
+    import kuiper
+    from conftest import write_model
+    from kuiper.opencl.devices import spec_of
+
+    text = f"""7767517
+6 5
+pnnx.Input               in0     0 1 x #x=(2,7,96)f32
+nn.Linear                fc      1 1 x a bias=True in_features=96 out_features=96 @weight=(96,96)f32 @bias=(96)f32 #a=(2,7,96)f32
+pnnx.Expression          add     2 1 a x s expr=add(@0,@1) #s=(2,7,96)f32
+{activation:24} act     1 1 s t #t=(2,7,96)f32
+torch.flatten            flat    1 1 t y start_dim=1 end_dim=-1 #y=(2,672)f32
+pnnx.Output              out     1 0 y
+"""
+    path = write_model(tmp_path, "mlp", text, {"fc.weight": RNG.standard_normal((96, 96)) / 10,
+                                               "fc.bias": RNG.standard_normal(96)})
+    graph = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
+    x = RNG.standard_normal((2, 7, 96), dtype=np.float32)
+    assert [op.type for op in graph.order][1] == f"nn.Linear+pnnx.Expression+{activation}"
+    expected = kuiper.load(path, backend="reference").forward(x)[0]
+    np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-5, atol=1e-5)

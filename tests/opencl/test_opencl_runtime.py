@@ -66,17 +66,6 @@ def test_an_edit_to_a_header_that_a_header_includes_rebuilds(cl_runtime, tmp_pat
     np.testing.assert_array_equal(run(), [0, 5, 10, 15])
 
 
-def test_own_lanes_says_whether_lanes_h_takes_effect(cl_runtime, tmp_path):
-    """rt.own_lanes (the device lists cl_intel_vec_len_hint) agrees with what cl/lanes.h sees when it compiles."""
-    source = tmp_path / "lanes.cl"
-    source.write_text('#include "lanes.h"\n#define STR(x) #x\n#define XSTR(x) STR(x)\n'
-                      "__kernel void lanes(__global int* y) { y[0] = sizeof(XSTR(OWN_LANES)) > 1; }\n")
-    buf = cl_runtime.allocate(4)
-    cl_runtime.kernel(source, "lanes")(cl_runtime.queue, (1,), None, buf)
-    (seen,) = opencl.DeviceTensor(cl_runtime, buf, (1,), np.int32).numpy()
-    assert bool(seen) == cl_runtime.own_lanes
-
-
 def test_a_broken_kernel_raises_kernel_build_error_with_the_log(cl_runtime, tmp_path):
     source = tmp_path / "broken.cl"
     source.write_text("__kernel void broken(__global float* y) { y[0] = undefined_name; }\n")
