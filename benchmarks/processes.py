@@ -46,7 +46,8 @@ def machine() -> str:
     """The CPU's model name and widest SIMD, and the core count: every figure is named with its hardware."""
     import os
 
-    from kuiper.cpu.blas import AVX512, cpu_flags
+    from kuiper.cpu.blas import AVX512
+    from kuiper.cpuinfo import cpu_flags
 
     fields = {}
     try:

@@ -19,6 +19,7 @@ import sys
 import warnings
 from functools import lru_cache
 
+from kuiper.cpuinfo import cpu_flags
 from kuiper.errors import KuiperWarning
 
 #: the CPU features OpenBLAS's SkylakeX kernels use
@@ -28,18 +29,6 @@ AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 FIX = "SkylakeX"
 _RESTARTED = "KUIPER_BLAS_RESTARTED"  # set in the process we start again: never a second restart
 _warned = False
-
-
-def cpu_flags() -> frozenset:
-    """The CPU's feature flags as Linux lists them; empty elsewhere (no fix is tried there)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def openblas_core() -> str | None:

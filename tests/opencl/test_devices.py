@@ -6,13 +6,14 @@ import re
 import subprocess
 import sys
 from importlib import metadata
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from conftest import OPENCL_DEVICES, ROOT
 from kuiper import BackendError, cli
-from kuiper.cpu.blas import cpu_flags
+from kuiper.cpuinfo import cpu_flags
 from kuiper.opencl import devices, runtime
 
 # a kernel every compiler rejects: what the PoCL wheel's "unknown target CPU 'generic'" does to every build
@@ -47,6 +48,24 @@ def test_the_default_is_the_first_usable_device_gpus_then_cpus(cl_runtime):
     assert devices.select_device().int_ptr == usable[0][3].int_ptr
     kinds = [0 if devices.is_gpu(dev) else 1 if devices.is_cpu(dev) else 2 for _, _, _, dev in usable]
     assert kinds == sorted(kinds)
+
+
+def test_a_pocl_that_leaves_out_the_cpus_avx512_comes_after_intels_runtime(monkeypatch):
+    """by_preference: GPUs first; among CPUs PoCL, then Intel's runtime, then a PoCL whose compiler targets less
+    than the CPU has (the PoCL wheel on a Zen 4). On a CPU without AVX-512 every PoCL keeps its place."""
+    import pyopencl as cl
+
+    def entry(index, platform, kind, targets):
+        return index, 0, SimpleNamespace(name=platform), SimpleNamespace(type=kind, targets=frozenset(targets))
+
+    wheel = entry(0, "Portable Computing Language", cl.device_type.CPU, {"avx2"})
+    intel = entry(1, "Intel(R) OpenCL", cl.device_type.CPU, ())
+    debian = entry(2, "Portable Computing Language", cl.device_type.CPU, {"avx2", "avx512f"})
+    nvidia = entry(3, "NVIDIA CUDA", cl.device_type.GPU, ())
+    monkeypatch.setattr(devices, "target_features", lambda device: device.targets)
+    for flags, order in ((("avx2", "avx512f"), [3, 2, 1, 0]), (("avx2",), [3, 0, 2, 1])):
+        monkeypatch.setattr(devices, "cpu_flags", lambda: frozenset(flags))
+        assert [e[0] for e in devices.by_preference([wheel, intel, debian, nvidia])] == order, flags
 
 
 def test_the_probe_runs_once_per_process_and_device(cl_runtime, monkeypatch):
