@@ -146,12 +146,16 @@ def epilogue_steps(activation):
     return steps + [EpilogueStep(activation)] if activation is not None else steps
 
 
-@pytest.mark.parametrize("name, split", [("cpu 6x32", False), ("cpu 6x16", False), ("cpu 6x4", False),
-                                         ("cpu 6x1", False), ("gpu", False), ("gpu", True)])  # gemm_cpu never splits
-@pytest.mark.parametrize("activation", [None, "nn.LeakyReLU", "nn.SiLU", "nn.GELU", "nn.Tanh"])
+# every gemm_cpu block with every kind of formula (its full blocks run the epilogue on whole vectors, cl/epilogue.h;
+# the block that slides back from n = 34 and the 1-column block value by value); gemm_cpu never splits. gemm_gpu,
+# split or not, runs the scalar epilogue, whose formulas test_activations_opencl.py checks element by element.
+EPILOGUE_CASES = [(f"cpu 6x{width}", False, act) for width in (32, 16, 4, 1)
+                  for act in (None, "nn.LeakyReLU", "nn.SiLU", "nn.GELU", "nn.Tanh")]
+EPILOGUE_CASES += [("gpu", split, act) for split in (False, True) for act in (None, "nn.LeakyReLU", "nn.GELU")]
+
+
+@pytest.mark.parametrize("name, split, activation", EPILOGUE_CASES)
 def test_the_epilogue_adds_the_residual_then_activates(cl_runtime, monkeypatch, name, split, activation):
-    """Every gemm_cpu block (its full blocks run the epilogue on whole vectors, cl/epilogue.h; the block that
-    slides back from n = 34 and the 1-column block run it value by value) and gemm_gpu, split or not."""
     monkeypatch.setattr(gemm_module, "SPLIT_GROUPS_PER_UNIT", 10 ** 6 if split else 1)
     params = {"negative_slope": 0.25} if activation == "nn.LeakyReLU" else {}
     layer = None if activation is None else make_layer(activation, params=params, input_shapes=[(1,)])
