@@ -45,11 +45,13 @@ def manifest() -> dict:
 
 @pytest.fixture(scope="session", autouse=True)
 def tuning_cache_in_tmp(tmp_path_factory):
-    """No test reads or writes the user's tuning cache (kuiper/opencl/tuning.py), and every graph starts by
-    rule, whatever the environment says: tests of measurement ask for it themselves."""
+    """No test reads or writes the user's tuning cache (kuiper/opencl/tuning.py) or kept programs
+    (kuiper/opencl/binaries.py), and every graph starts by rule, whatever the environment says: tests of
+    measurement ask for it themselves."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("KUIPER_TUNING", raising=False)
         patch.setenv("KUIPER_TUNING_CACHE", str(tmp_path_factory.mktemp("tuning") / "tuning.json"))
+        patch.setenv("KUIPER_PROGRAM_CACHE", str(tmp_path_factory.mktemp("programs")))
         yield
 
 

@@ -182,9 +182,10 @@ def label(p: int, d: int, device) -> str:
     return f"{p}:{d} {device.name.strip()} ({device.platform.name.strip()})"
 
 
-def build_program(context, source: str, options: list):
+def build_program(context, source: str | None, options: list, binary: bytes | None = None):
     """A program built from source every time (the driver may cache it itself): one that pyopencl loads from
-    its own binary cache may carry no kernel argument info, which OpenCLRuntime.kernel reads."""
+    its own binary cache may carry no kernel argument info, which OpenCLRuntime.kernel reads. With `binary`
+    (and no source), one made from what the context's device built before (kuiper/opencl/binaries.py)."""
     import warnings
 
     cl = _cl()
@@ -193,7 +194,8 @@ def build_program(context, source: str, options: list):
         # build; PYOPENCL_COMPILER_OUTPUT=1 still shows the compiler's text
         if not os.environ.get("PYOPENCL_COMPILER_OUTPUT"):
             warnings.simplefilter("ignore", cl.CompilerWarning)
-        return cl.Program(context, source).build(options=options, cache_dir=False)
+        program = cl.Program(context, source) if binary is None else cl.Program(context, context.devices, [binary])
+        return program.build(options=options, cache_dir=False)
 
 
 # ---- probing ------------------------------------------------------------------------------------------
@@ -285,11 +287,10 @@ def by_preference(devices: list) -> list:
     """GPUs, then CPUs, then the rest; among CPUs PoCL, then Intel's runtime, then a PoCL whose compiler leaves
     out AVX-512 on a CPU that has it; else the drivers' order.
 
-    PoCL comes first where it compiles for the whole CPU: Debian's PoCL (AVX-512) ran ResNet-18 in 21 ms and
-    Intel's runtime in 25, and Intel's runtime builds every program again in each process (kuiper run
-    --backend opencl took 2.7 s there against 1.0 with PoCL's cache). The PoCL wheel's LLVM 14 takes a Zen 4
-    for a Zen 3 and compiles AVX2 code: with it ResNet-18 took 27.7 ms and eight zoo models 4-25% longer than
-    on Intel's runtime (2-vCPU AMD EPYC, Zen 4, 2026-11-25, session 15)."""
+    PoCL comes first where it compiles for the whole CPU: Debian's PoCL (AVX-512) ran ResNet-18 in 21.4 ms and
+    Intel's runtime in 24.8. The PoCL wheel's LLVM 14 takes a Zen 4 for a Zen 3 and compiles AVX2 code: with
+    it ResNet-18 took 27.4 ms and eight zoo models 2-25% longer than on Intel's runtime (2-vCPU AMD EPYC, Zen 4,
+    2026-11-25, session 15). On a CPU without AVX-512 PoCL keeps its place: none was measured."""
     host = cpu_flags()
 
     def rank(entry):

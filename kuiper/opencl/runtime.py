@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from kuiper.errors import BackendError, KernelBuildError
+from kuiper.opencl import binaries
 from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_device, target_features
 from kuiper.tensor import Tensor, normalize_shape
 
@@ -72,6 +73,7 @@ class OpenCLRuntime:
         self.out_of_order = bool(device.queue_properties & ooo)
         self._ooo_queue = None
         self._programs = {}
+        self._arg_types = {}  # id(program) -> {kernel: argument type names} for programs made from kept binaries
         self._kernels = {}
         self._views = {"fp32": self}
         self.pool = BufferPool(self)
@@ -152,18 +154,31 @@ class OpenCLRuntime:
         key = (file, " ".join(options), digest)
         program = self._programs.get(key)
         if program is None:
-            cl = _cl()
-            # kernel-arg-info lets `kernel` read each argument's C type (see _scalar_types)
-            full_options = [*options, "-cl-kernel-arg-info", "-I", str(path.parent), "-I", str(CL_DIR)]
-            try:
-                program = build_program(self.context, source, full_options)
-            except cl.RuntimeError as e:
-                log = _build_log(e)
-                raise KernelBuildError(
-                    f"{path if Path(file).is_absolute() else 'cl/' + file} failed to build with options {' '.join(options) or '(none)'}:\n{log}",
-                    file=file, options=" ".join(options), log=log,
-                ) from None
-            self._programs[key] = program
+            program = self._programs[key] = self._build(path, file, source, digest, options)
+        return program
+
+    def _build(self, path: Path, file: str, source: str, digest: str, options: tuple):
+        """The program built from source, or from the binary kept for a driver that keeps none (binaries.py)."""
+        cl = _cl()
+        # kernel-arg-info lets `kernel` read each argument's C type (see _arg_type_names)
+        full_options = (*options, "-cl-kernel-arg-info", "-I", str(path.parent), "-I", str(CL_DIR))
+        where = binaries.folder(self.device)
+        entry = binaries.key(self.device, full_options, digest) if where else None
+        loaded = binaries.load(where, entry, self.context, full_options) if where else None
+        if loaded is not None:
+            program, self._arg_types[id(program)] = loaded
+            return program
+        try:
+            program = build_program(self.context, source, list(full_options))
+        except cl.RuntimeError as e:
+            log = _build_log(e)
+            raise KernelBuildError(
+                f"{path if Path(file).is_absolute() else 'cl/' + file} failed to build with options {' '.join(options) or '(none)'}:\n{log}",
+                file=file, options=" ".join(options), log=log,
+            ) from None
+        if where:
+            binaries.save(where, entry, program, {k.function_name: _arg_type_names(k, k.function_name)
+                                                   for k in program.all_kernels()})
         return program
 
     def kernel(self, file: str, name: str, options=()):
@@ -177,7 +192,9 @@ class OpenCLRuntime:
         kernel = self._kernels.get(key)
         if kernel is None:
             kernel = getattr(program, name)
-            kernel.set_scalar_arg_dtypes(_scalar_types(kernel, name))
+            # a program made from a kept binary may carry no argument info: the names kept with it stand in
+            names = self._arg_types.get(id(program), {}).get(name) or _arg_type_names(kernel, name)
+            kernel.set_scalar_arg_dtypes(_scalar_types(names))
             self._kernels[key] = kernel  # only once it is fully set up: a failure above is not remembered
         return kernel
 
@@ -231,17 +248,22 @@ def _headers(path: Path, source: str, found: set) -> set:
     return found
 
 
-def _scalar_types(kernel, name: str) -> list:
-    """One numpy dtype per argument of a kernel, from its arg info: pyopencl.cltypes names a dtype for every
-    OpenCL C scalar and vector type (int, float, int8, ...); pointers get None (passed as given)."""
+def _arg_type_names(kernel, name: str) -> list:
+    """The C type name of each argument of a kernel, from its arg info (the program built with
+    -cl-kernel-arg-info)."""
     cl = _cl()
-    from pyopencl import cltypes
-
     count = kernel.get_info(cl.kernel_info.NUM_ARGS)
     try:
-        names = [kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip() for i in range(count)]
+        return [kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip() for i in range(count)]
     except cl.Error as e:
         raise BackendError(f"kernel {name}: the OpenCL driver gives no argument info ({e})") from None
+
+
+def _scalar_types(names: list) -> list:
+    """One numpy dtype per argument type name: pyopencl.cltypes names a dtype for every OpenCL C scalar and
+    vector type (int, float, int8, ...); pointers get None (passed as given)."""
+    from pyopencl import cltypes
+
     return [None if name.endswith("*") else getattr(cltypes, name, None) for name in names]
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import OPENCL_DEVICES, ROOT
-from kuiper import BackendError, cli
+from kuiper import BackendError, cli, opencl
 from kuiper.cpuinfo import cpu_flags
-from kuiper.opencl import devices, runtime
+from kuiper.opencl import binaries, devices, runtime
 
 # a kernel every compiler rejects: what the PoCL wheel's "unknown target CPU 'generic'" does to every build
 BROKEN_SOURCE = "__kernel void probe(__global float* x) { x[0] = no_such_name; }"
@@ -134,7 +134,7 @@ def test_a_kernel_whose_setup_failed_is_not_kept(cl_runtime, monkeypatch, tmp_pa
         raise BackendError(f"kernel {name}: the OpenCL driver gives no argument info")
 
     with monkeypatch.context() as patch:
-        patch.setattr(runtime, "_scalar_types", no_arg_info)
+        patch.setattr(runtime, "_arg_type_names", no_arg_info)
         with pytest.raises(BackendError, match="no argument info"):
             cl_runtime.kernel(source, "twice")
     kernel = cl_runtime.kernel(source, "twice")  # set up afresh, with its argument types
@@ -143,6 +143,32 @@ def test_a_kernel_whose_setup_failed_is_not_kept(cl_runtime, monkeypatch, tmp_pa
     out = np.empty(4, np.float32)
     runtime._cl().enqueue_copy(cl_runtime.queue, out, buffer, is_blocking=True)
     np.testing.assert_array_equal(out, 2.5)
+
+
+def test_kuiper_keeps_the_builds_of_a_driver_that_keeps_none(cl_runtime, tmp_path, monkeypatch):
+    """Intel's CPU runtime builds every program again in each process; kuiper keeps its binaries (with the
+    kernels' argument types) and a fresh runtime makes the program from them. Other drivers keep their own."""
+    monkeypatch.setenv("KUIPER_PROGRAM_CACHE", str(tmp_path / "programs"))
+    source = tmp_path / "scale.cl"
+    source.write_text("__kernel void scale(__global float* y, const float a) { y[get_global_id(0)] *= a; }\n")
+
+    def scaled(rt):
+        buffer = rt.upload(np.ones(4, np.float32))
+        rt.kernel(source, "scale")(rt.queue, (4,), None, buffer, 2.5)  # a plain float: the kept type packs it
+        return opencl.DeviceTensor(rt, buffer, (4,)).numpy()
+
+    np.testing.assert_array_equal(scaled(cl_runtime), 2.5)
+    kept = sorted((tmp_path / "programs").glob("*.bin")) if (tmp_path / "programs").exists() else []
+    assert len(kept) == (cl_runtime.device.platform.name in binaries.UNCACHED_PLATFORMS)
+    if not kept:
+        return
+    fresh = runtime.OpenCLRuntime(cl_runtime.device)
+    np.testing.assert_array_equal(scaled(fresh), 2.5)
+    assert len(fresh._arg_types) == 1  # made from the kept binary, not compiled
+    kept[0].write_bytes(b"not a program")  # an entry that will not load is built from source and written again
+    damaged = runtime.OpenCLRuntime(cl_runtime.device)
+    np.testing.assert_array_equal(scaled(damaged), 2.5)
+    assert not damaged._arg_types and kept[0].read_bytes() != b"not a program"
 
 
 SECOND_PROCESS = """
