@@ -36,7 +36,7 @@ T exp_fit##S(T x) { return exp2_fit##S(x * 1.44269504088896341f); }             
 T act_relu##S(T x, float a, float b) { return x < 0.0f ? 0.0f : x; }                                           \
 /* 1 / (1 + e^-x): for very negative x, e^-x overflows to inf and the result is exactly 0, never NaN */        \
 T act_sigmoid##S(T x, float a, float b) { return 1.0f / (1.0f + exp_fit##S(-x)); }                              \
-/* tanh from exp_fit too, not the built-in: the PoCL of pyopencl's wheel loads a program whose float16 tanh()    \
+/* tanh from exp_fit too, not the built-in: the PoCL wheel from PyPI loads a program whose float16 tanh()        \
    it compiled for AVX2 back from its cache with no kernels in it. (1 - e^-2a) / (1 + e^-2a), a = |x|, loses     \
    digits to the subtraction near 0: below a = 1/8 the Taylor series to a^7 instead (error below 2e-9). */    \
 T act_tanh##S(T x, float a_, float b_) {                                                                        \

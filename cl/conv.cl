@@ -137,6 +137,20 @@ __kernel void depthwise_conv2d(__global store_t* restrict y, __global const stor
 // scalar loads that PoCL merges into one vector load, not vload8, a call on PoCL.
 #define DW 8
 
+// The first `count` lanes of v (all DW but where the row's last block hangs over its end) through the epilogue
+// into y from index at: a whole block on the vector at once (cl/epilogue.h), then straight-line stores the
+// compiler vectorizes.
+inline void store_block(__global store_t* y, float8 v, long at, int count, EPILOGUE_ARGS) {
+    union { float8 v; float s[DW]; } lanes = {v};
+    if (count == DW) {
+        lanes.v = epilogue8(lanes.v, residual, at, act_a, act_b);
+        #pragma unroll
+        for (int l = 0; l < DW; ++l) STORE(y, at + l, lanes.s[l]);
+    } else {
+        for (int l = 0; l < count; ++l) STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+    }
+}
+
 // `padded`: the input planes with their padding (pad_planes), padded_h rows of SW phases of phase_w columns:
 // column c of the padded row is element c / SW of phase c % SW, so that the lanes of a tap, SW columns apart,
 // are consecutive. The phases reach past the last block of DW pixels: lanes past out_w read zeros.
@@ -173,15 +187,7 @@ __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global co
         float8 acc = row_sums[0];
         #pragma unroll
         for (int i = 1; i < KH; ++i) acc += row_sums[i];
-        union { float8 v; float s[DW]; } lanes = {acc};
-        const long at = first + ox;
-        if (ox + DW <= out_w) {  // unrolled: straight-line stores the compiler vectorizes
-            lanes.v = epilogue8(lanes.v, residual, at, act_a, act_b);
-            #pragma unroll
-            for (int l = 0; l < DW; ++l) STORE(y, at + l, lanes.s[l]);
-        } else {  // the row's last block hangs over its end
-            for (int l = 0; l < out_w - ox; ++l) STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
-        }
+        store_block(y, acc, first + ox, (out_w - ox < DW ? out_w - ox : DW), residual, act_a, act_b);
     }
 }
 
@@ -223,19 +229,10 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
                 }
             }
         }
+        const int count = out_w - ox < DW ? out_w - ox : DW;
         #pragma unroll
-        for (int k = 0; k < OB; ++k) {
-            union { float8 v; float s[DW]; } lanes = {acc[k]};
-            const long at = first + (long)k * out_h * out_w + ox;
-            if (ox + DW <= out_w) {
-                lanes.v = epilogue8(lanes.v, residual, at, act_a, act_b);
-                #pragma unroll
-                for (int l = 0; l < DW; ++l) STORE(y, at + l, lanes.s[l]);
-            } else {  // the row's last block hangs over its end
-                for (int l = 0; l < out_w - ox; ++l)
-                    STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
-            }
-        }
+        for (int k = 0; k < OB; ++k)
+            store_block(y, acc[k], first + (long)k * out_h * out_w + ox, count, residual, act_a, act_b);
     }
 }
 #endif
@@ -254,8 +251,9 @@ inline float padded_at(const __global store_t* in, bool inside, int c, int left,
     return inside && c >= left && c < left + width ? LOAD(in, c) : 0.0f;
 }
 
-__kernel OWN_LANES void pad_planes(__global store_t* restrict padded, __global const store_t* restrict x, const int height,
-                         const int width, const int padded_h, const int phase_w, const int top, const int left) {
+__kernel OWN_LANES void pad_planes(__global store_t* restrict padded, __global const store_t* restrict x,
+                                   const int height, const int width, const int padded_h, const int phase_w,
+                                   const int top, const int left) {
     const int r = get_global_id(0);
     const long z = get_global_id(1);
     if (r >= padded_h) return;
