@@ -32,12 +32,12 @@ inline float epilogue(float v, __global const store_t* residual, long i, float a
 
 // epilogue4, epilogue8, epilogue16: the same on N consecutive values, the lanes of v from index i, with the
 // activation's vector form (cl/activations.h). Kernels that hold their outputs in vectors (gemm_cpu,
-// depthwise_rows, grouped_rows) call these before storing the lanes, so that the formula is vector code on
-// every CPU driver: value by value, an exponential stayed scalar code in their stores. The exact GELU there
-// cost 1.2 ns an element against 0.56 in an activation kernel of its own (Debian PoCL, Zen 4); on Intel's
-// runtime, which does not merge OWN_LANES kernels' work-items into vectors, SiLU after a 1x1 convolution at
-// 56x56 took 3.3 ms, 1.3 now. Kernels whose work-items the drivers do merge (winograd_output) keep the scalar
-// epilogue: explicit vectors there slowed PoCL down.
+// depthwise_rows, grouped_rows, winograd_output_rows) call these before storing the lanes, so that the formula
+// is vector code on every CPU driver: value by value, an exponential stayed scalar code in their stores. The
+// exact GELU there cost 1.2 ns an element against 0.56 in an activation kernel of its own (Debian PoCL, Zen 4);
+// on Intel's runtime, which does not merge OWN_LANES kernels' work-items into vectors, SiLU after a 1x1
+// convolution at 56x56 took 3.3 ms, 1.3 now. Kernels whose work-items the drivers do merge (winograd_output)
+// keep the scalar epilogue: explicit vectors there slowed PoCL down.
 #define KUIPER_PASTE_(a, b) a##b
 #define KUIPER_PASTE(a, b) KUIPER_PASTE_(a, b)
 #ifdef ACT

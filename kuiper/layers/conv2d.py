@@ -291,7 +291,7 @@ class Conv2d(ConvLayer):
         weights = Matrix(self.cl_weight, k, group=cout_g * k)
         out = Matrix(y.buffer, ho * wo, group=cout_g * ho * wo, item=cout * ho * wo)
         variant = self.variants.pick(tuple(t.shape for t in inputs))
-        if self.winograd is not None and variant is self.winograd.variant:
+        if self.winograd is not None and variant in self.winograd.variants:
             variant(q, x, y, self.cl_bias, bias["epilogue"])
             return
         implicit = variant in self.gemm.implicit

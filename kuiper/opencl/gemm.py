@@ -242,18 +242,18 @@ class Gemm:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
         dims(shapes) = (m, n, stack); `files` names its other kernel files, which its time depends on too.
 
-        other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), one more candidate:
-        its `variant`, built from its kernel `file`, which the rule takes where other.preferred(shapes)."""
+        other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), more candidates:
+        its `variants`, built from its kernel `file`, of which the rule takes other.preferred(shapes) if any."""
         variants, files = [*self.variants.values()], ["gemm.cl", *files]
         if other is not None:
-            variants.append(other.variant)
+            variants += other.variants
             files.append(other.file)
 
         def rule(shapes):
-            return other.variant.name if other and other.preferred(shapes) else self.rule(*dims(shapes))
+            return (other and other.preferred(shapes)) or self.rule(*dims(shapes))
 
         def candidates(shapes):
-            return self.candidates(dims(shapes)[1]) + ([other.variant.name] if other else [])
+            return self.candidates(dims(shapes)[1]) + ([v.name for v in other.variants] if other else [])
         return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------

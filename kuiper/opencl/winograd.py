@@ -32,6 +32,8 @@ MIN_CPU_TILES = 16
 
 #: work-items per work-group along the tiles on GPUs (CPUs let the driver choose)
 GROUP_TILES = 64
+#: tiles a work-item of the rows variant transforms (RUN in cl/winograd.cl)
+RUN = 4
 
 
 def applies(layer) -> bool:
@@ -48,8 +50,9 @@ def entries(matrix) -> str:
 
 class WinogradConv:
     """One Conv2d layer's Winograd forward on one runtime: its transformed weights, its kernels (built with the
-    layer's epilogue), its GEMM and the device buffers for the transformed tiles. `variant` is it as one of the
-    layer's variants (kuiper/variants.py), named "winograd F4", built from `file`."""
+    layer's epilogue), its GEMM and the device buffers for the transformed tiles. `variants` are it as the
+    layer's variants (kuiper/variants.py), built from `file`: "winograd F4", a work-item per tile and channel,
+    and on CPUs "winograd F4 rows", a work-item per run of RUN tiles of a tile row and channel."""
 
     method = F4
     file = "winograd.cl"
@@ -59,44 +62,60 @@ class WinogradConv:
         self.layer = layer
         self.gemm = Gemm(rt.at_precision("fp32"))
         self.tiles_in, self.tiles_out = Scratch(rt), Scratch(rt)
-        self.variant = Variant(f"winograd F{self.method.m}", self.build, lambda q, built, *args: built(q, *args))
+        self.weight = None
+        name = f"winograd F{self.method.m}"
+        self.variants = [Variant(name, lambda: self.build(""), self)]
+        if rt.is_cpu:
+            self.variants.append(Variant(f"{name} rows", lambda: self.build("_rows"), self))
 
-    def preferred(self, shapes) -> bool:
-        """Whether the rule picks Winograd for these input shapes: on CPUs where the GEMM has MIN_CPU_TILES
-        columns or more, on GPUs for layers of MIN_MACS or more."""
+    def preferred(self, shapes) -> str | None:
+        """The variant the rule picks for these input shapes, or None for none of Winograd's: on CPUs where the
+        GEMM has MIN_CPU_TILES columns or more, on GPUs for layers of MIN_MACS or more. On CPUs the rows
+        variant, unless the compiler says it targets AVX-512 (PoCL there merges the tile kernels into 16-lane
+        vectors that beat it; cl/winograd.cl)."""
         out = self.layer.output_shapes(shapes)[0]
+        flat, *rows = self.variants
         if self.rt.is_cpu:
             tiles = math.prod(out[:-3]) * math.prod(self.method.tiles(*out[-2:]))  # of every batch item
-            return tiles >= MIN_CPU_TILES
-        return math.prod(out) * self.layer.in_channels * 9 >= MIN_MACS
+            if tiles < MIN_CPU_TILES:
+                return None
+            return flat.name if "avx512f" in self.rt.target_features else rows[0].name
+        return flat.name if math.prod(out) * self.layer.in_channels * 9 >= MIN_MACS else None
 
-    def build(self) -> "WinogradConv":
-        """The kernels and the transformed weights (G g G^T, shaped (36, Cout, Cin)), made once."""
+    def build(self, kind: str) -> tuple:
+        """The input and output kernels of one variant (kind "" or "_rows", their names' ending) and the
+        transformed weights (G g G^T, shaped (36, Cout, Cin)), made once for both."""
         method = self.method
         options = [f"-DWM={method.m}", f"-DWINO_BT={entries(method.bt)}", f"-DWINO_AT={entries(method.at)}",
                    *self.layer.cl_epilogue.options]
-        self.input_kernel = self.rt.kernel("winograd.cl", "winograd_input", options)
-        self.output_kernel = self.rt.kernel("winograd.cl", "winograd_output", options)
-        self.weight = self.gemm.rt.upload(method.transform_kernel(self.layer.w_kernel))
-        return self
+        if self.weight is None:
+            self.weight = self.gemm.rt.upload(method.transform_kernel(self.layer.w_kernel))
+        return (self.rt.kernel(self.file, f"winograd_input{kind}", options),
+                self.rt.kernel(self.file, f"winograd_output{kind}", options), bool(kind))
 
-    def __call__(self, q, x, y, bias, epilogue: tuple) -> None:
-        """Enqueue y = the convolution of x: device tensors (N, Cin, H, W) and (N, Cout, Ho, Wo)."""
+    def __call__(self, q, kernels: tuple, x, y, bias, epilogue: tuple) -> None:
+        """Enqueue y = the convolution of x: device tensors (N, Cin, H, W) and (N, Cout, Ho, Wo), with one
+        variant's kernels (build's)."""
         method, layer = self.method, self.layer
+        input_kernel, output_kernel, rows = kernels
         (h, w), (ho, wo) = x.shape[-2:], y.shape[-2:]
         cin, cout = layer.in_channels, layer.out_channels
         (top, _), (left, _) = layer.pads
         tiles_h, tiles_w = method.tiles(ho, wo)
-        tiles = x.size // (cin * h * w) * tiles_h * tiles_w
+        items = x.size // (cin * h * w)
+        tiles = items * tiles_h * tiles_w
         positions = method.a * method.a
         v = self.tiles_in.fit(4 * positions * cin * tiles)
         m = self.tiles_out.fit(4 * positions * cout * tiles)
-        local = None if self.rt.is_cpu else GROUP_TILES
-        width = tiles if local is None else round_up(tiles, local)
-        q.run(self.input_kernel, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
+        if rows:  # one work-item per run of tiles
+            local, width = None, items * tiles_h * -(-tiles_w // RUN)
+        else:
+            local = None if self.rt.is_cpu else GROUP_TILES
+            width = tiles if local is None else round_up(tiles, local)
+        q.run(input_kernel, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
               tiles_w, tiles)
         self.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
                   a=Matrix(self.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles), groups=positions)
-        q.run(self.output_kernel, (width, cout), local and (local, 1), y.buffer, m,
+        q.run(output_kernel, (width, cout), local and (local, 1), y.buffer, m,
               x.buffer if bias is None else bias, int(bias is not None), *epilogue, cout, ho, wo, tiles_h, tiles_w,
               tiles)

@@ -1,6 +1,9 @@
-"""Winograd's F(4x4, 3x3) on OpenCL (kuiper/opencl/winograd.py, cl/winograd.cl) against the numpy forward: odd
-sizes whose last tiles hang over the output's edge, padding 0 to 2, batches, no bias; the rule; and a fused
-residual sum and activation stored by the output transform."""
+"""Winograd's F(4x4, 3x3) on OpenCL (kuiper/opencl/winograd.py, cl/winograd.cl) against the numpy forward, both
+ways (a work-item per tile, and on CPUs per run of tiles): odd sizes whose last tiles hang over the output's
+edge, runs cut short by a row's end, padding 0 to 2, batches, no bias; the rule; and a fused residual sum and
+activation stored by the output transform."""
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +15,11 @@ from test_conv2d_opencl import ACTIVATIONS, residual_graph
 
 RNG = np.random.default_rng(23)
 WINOGRAD = "winograd F4"
+ROWS = "winograd F4 rows"
+
+
+def winograd_variants(rt) -> list:
+    return [WINOGRAD, ROWS] if rt.is_cpu else [WINOGRAD]
 
 
 @pytest.mark.parametrize("cin, cout, padding, shape", [
@@ -21,13 +29,15 @@ WINOGRAD = "winograd F4"
     (3, 4, 2, (1, 3, 3, 3)),        # more padding than image
     (32, 64, 1, (1, 32, 24, 24)),   # whole tiles only
     (6, 5, 1, (6, 11, 5)),          # unbatched
+    (4, 6, 1, (2, 4, 22, 43)),      # rows of 11 tiles: two runs of four and one of three
 ])
 @pytest.mark.parametrize("bias", [True, False])
 def test_winograd_matches_numpy(cl_runtime, cin, cout, padding, shape, bias):
     layer, _, _ = make_conv(RNG, in_channels=cin, out_channels=cout, kernel_size=3, padding=padding, bias=bias,
                             input_shape=shape)
     x = RNG.standard_normal(shape, dtype=np.float32)
-    assert_opencl_matches_numpy(layer, cl_runtime, x, variant=WINOGRAD)
+    for variant in winograd_variants(cl_runtime):
+        assert_opencl_matches_numpy(layer, cl_runtime, x, variant=variant)
 
 
 @pytest.mark.parametrize("other", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=5)])
@@ -36,27 +46,40 @@ def test_winograd_is_offered_only_for_3x3_stride1_convolutions(cl_runtime, other
     for options, offered in ((case, True), ({**case, **other}, False)):
         layer, _, _ = make_conv(RNG, **options)
         layer.build_opencl(cl_runtime)
-        assert (WINOGRAD in layer.variants.candidates((options["input_shape"],))) == offered
+        candidates = layer.variants.candidates((options["input_shape"],))
+        assert all((name in candidates) == offered for name in winograd_variants(cl_runtime))
 
 
-def test_the_rule_takes_winograd_for_enough_tiles_on_cpus_and_large_layers_on_gpus(cl_runtime, monkeypatch):
+@pytest.mark.parametrize("cpu, features, winograd_variant", [
+    (True, frozenset({"avx2", "avx512f"}), WINOGRAD),  # PoCL compiling for AVX-512
+    (True, frozenset({"avx2"}), ROWS),
+    (True, frozenset(), ROWS),                          # a compiler that does not say (Intel's runtime)
+    (False, frozenset(), WINOGRAD),
+])
+def test_the_rule_takes_winograd_for_enough_tiles_on_cpus_and_large_layers_on_gpus(cpu, features, winograd_variant,
+                                                                                   monkeypatch):
+    rt = SimpleNamespace(is_cpu=cpu, target_features=features)
     layer, _, _ = make_conv(RNG, in_channels=64, out_channels=64, kernel_size=3, padding=1)
-    layer.build_opencl(cl_runtime)
+    conv = winograd.WinogradConv.__new__(winograd.WinogradConv)
+    conv.rt, conv.layer = rt, layer
+    conv.variants = [SimpleNamespace(name=name) for name in ([WINOGRAD, ROWS] if cpu else [WINOGRAD])]
     small, large = ((1, 64, 56, 56),), ((4, 64, 56, 56),)  # 116 M and 462 M multiply-adds
-    monkeypatch.setattr(cl_runtime, "is_cpu", True)
-    assert layer.variants.rule(small) == layer.variants.rule(large) == WINOGRAD
-    assert layer.variants.rule(((1, 64, 7, 7),)) != WINOGRAD  # 4 tiles
-    assert layer.variants.rule(((4, 64, 7, 7),)) == layer.variants.rule(((64, 13, 13),)) == WINOGRAD  # 16 tiles
-    monkeypatch.setattr(cl_runtime, "is_cpu", False)
-    assert layer.variants.rule(small) != WINOGRAD and layer.variants.rule(large) == WINOGRAD
-    monkeypatch.setattr(winograd, "MIN_MACS", 1 << 40)
-    assert layer.variants.rule(large) != WINOGRAD
+    if cpu:
+        assert conv.preferred(small) == conv.preferred(large) == winograd_variant
+        assert conv.preferred(((1, 64, 7, 7),)) is None  # 4 tiles
+        assert conv.preferred(((4, 64, 7, 7),)) == conv.preferred(((64, 13, 13),)) == winograd_variant  # 16 tiles
+    else:
+        assert conv.preferred(small) is None and conv.preferred(large) == WINOGRAD
+        monkeypatch.setattr(winograd, "MIN_MACS", 1 << 40)
+        assert conv.preferred(large) is None
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_the_output_transform_runs_the_fused_epilogue(cl_runtime, tmp_path, activation):
-    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 4, 9, 6), activation)
+    shape = (2, 4, 9, 21)  # rows of 6 tiles: a whole run (the vector epilogue) and a short one
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, shape, activation)
     fused = graph.order[1].layer
-    fused.main.variants.use(((2, 4, 9, 6), (2, 4, 9, 6)), WINOGRAD)
-    np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
+    for variant in winograd_variants(cl_runtime):
+        fused.main.variants.use((shape, shape), variant)
+        np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4, err_msg=variant)
     assert fused.main.winograd.tiles_in.buffer is not None  # Winograd ran: it made its tiles' buffer
