@@ -3,6 +3,7 @@
 // consecutive work-items write consecutive elements. Every size is a kernel argument: one program serves
 // every shape and every window.
 
+#include "lanes.h"
 #include "store.h"
 
 // Products and sums rounded one by one, as numpy computes them (no fused multiply-add).
@@ -80,6 +81,60 @@ __kernel void max_pool2d(WINDOW_ARGS, const int dilation_h, const int dilation_w
     for (int ox = hi; ox < end; ++ox) MAX_AT(ox, false);
 #undef MAX_AT
 }
+
+// max_pool2d on CPUs, for one window built in (-DKH, -DKW, -DSH, -DSW, -DDH, -DDW): work-item (oy, z) computes
+// output row oy of plane z, eight outputs at a time in the lanes of a float8. A row of taps reads the SPAN
+// input columns the eight windows cover into registers (straight loads where they all lie inside the row),
+// and each tap column is one vector max of lanes SW apart. max_pool2d merged across rows gathers each tap.
+// ResNet-18's 3x3/2 pool of 64 planes of 112x112, batch 1/8 (Zen 4, 2 threads), max_pool2d -> this: Intel's
+// runtime 0.72/8.7 -> 0.22/1.5 ms, Debian PoCL 0.64/7.2 -> 0.48/4.5, the PoCL wheel 1.2/5.1 -> 0.47/2.3.
+// Global size (out_h, planes).
+#ifdef KW
+#define LANES 8
+#define SPAN ((LANES - 1) * SW + (KW - 1) * DW + 1)
+
+__kernel OWN_LANES void max_pool2d_rows(__global store_t* restrict y, __global const store_t* restrict x,
+                              const int height, const int width, const int out_h, const int out_w,
+                              const int pad_h, const int pad_w) {
+    const int oy = get_global_id(0);
+    const long z = get_global_id(1);
+    const __global store_t* plane = x + z * height * width;
+    __global store_t* out = y + (z * out_h + oy) * out_w;
+    for (int ox = 0; ox < out_w; ox += LANES) {
+        const int left = ox * SW - pad_w;
+        const bool inside = left >= 0 && left + SPAN <= width;
+        float8 best = -INFINITY;
+        #pragma unroll
+        for (int kh = 0; kh < KH; ++kh) {
+            const int h = oy * SH - pad_h + kh * DH;
+            if (h < 0 || h >= height) continue;
+            const __global store_t* row = plane + h * width;
+            float r[SPAN];  // the row's columns left .. left + SPAN - 1, -inf outside it (a tap in the padding)
+            if (inside) {
+                #pragma unroll
+                for (int j = 0; j < SPAN; ++j) r[j] = LOAD(row, left + j);
+            } else {
+                #pragma unroll
+                for (int j = 0; j < SPAN; ++j) r[j] = left + j >= 0 && left + j < width ? LOAD(row, left + j) : -INFINITY;
+            }
+            #pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                const float8 v = (float8)(r[kw * DW], r[kw * DW + SW], r[kw * DW + 2 * SW], r[kw * DW + 3 * SW],
+                                          r[kw * DW + 4 * SW], r[kw * DW + 5 * SW], r[kw * DW + 6 * SW],
+                                          r[kw * DW + 7 * SW]);
+                best = select(best, v, (v > best) | (v != v));  // takes_over, lane by lane
+            }
+        }
+        union { float8 v; float s[LANES]; } lanes = {best};
+        if (ox + LANES <= out_w) {
+            #pragma unroll
+            for (int l = 0; l < LANES; ++l) STORE(out, ox + l, lanes.s[l]);
+        } else {
+            for (int l = 0; ox + l < out_w; ++l) STORE(out, ox + l, lanes.s[l]);
+        }
+    }
+}
+#endif
 
 // The window's sum as numpy adds it, so the sums are bit-identical: each row's taps, then the rows; divided by
 // divisor_override when it is not 0, else by the window's size: the positions inside the input, plus with

@@ -11,7 +11,8 @@ PyTorch ignores padded positions (max pooling) or counts them only in the diviso
 The channel planes are independent: the numpy backend's fast version (kuiper/cpu/pooling.py) shares them
 out over kuiper's threads.
 
-On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules.
+On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules
+(or, for max pooling on CPUs, eight outputs of a row in the lanes of a vector).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
+
+#: the widest run of input columns (7 strides plus one window) max_pool2d_rows holds in registers; wider
+#: windows take max_pool2d
+MAX_ROW_SPAN = 64
 
 
 def pooled_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
@@ -154,6 +159,21 @@ class MaxPool2d(Pool2d):
 
     def cl_args(self):
         return self.dilation
+
+    def build_opencl(self, rt):
+        super().build_opencl(rt)
+        # CPUs: max_pool2d_rows, built for this window, where the columns eight outputs read fit in registers
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        rows = rt.is_cpu and 7 * sw + (kw - 1) * dw + 1 <= MAX_ROW_SPAN
+        self.cl_rows = rt.kernel("pooling.cl", "max_pool2d_rows", [
+            f"-DKH={kh}", f"-DKW={kw}", f"-DSH={sh}", f"-DSW={sw}", f"-DDH={dh}", f"-DDW={dw}"]) if rows else None
+
+    def forward_opencl(self, q, inputs, outputs):
+        if self.cl_rows is None:
+            return super().forward_opencl(q, inputs, outputs)
+        x, y = inputs[0], outputs[0]
+        q.run(self.cl_rows, (y.shape[-2], y.size // (y.shape[-2] * y.shape[-1])), None, y.buffer, x.buffer,
+              *x.shape[-2:], *y.shape[-2:], *self.padding)
 
 
 @register("nn.AvgPool2d", "F.avg_pool2d")

@@ -50,6 +50,22 @@ def test_max_pool_nan_and_dilation_gaps_opencl(cl_runtime):
         assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0)
 
 
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [
+    ((3, 3), (2, 2), (1, 1), (1, 1)),  # ResNet's
+    ((2, 2), (2, 2), (0, 0), (1, 1)),
+    ((3, 5), (1, 1), (1, 2), (1, 1)),
+    ((3, 3), (1, 3), (1, 1), (2, 2)),
+])
+def test_max_pool_rows_of_many_outputs_opencl(cl_runtime, kernel, stride, padding, dilation):
+    # rows of 17-50 outputs: CPUs' max_pool2d_rows runs whole blocks of eight lying inside the row (loaded
+    # without a test per column), blocks over the edges and a short last block; NaNs and -inf among them
+    x = RNG.standard_normal((2, 3, 9, 50)).astype(np.float32)
+    x[0, 0, 4, 20:23] = np.nan
+    x[1, 2, :, 30] = -np.inf
+    layer = max_pool(x.shape, kernel, stride, padding, dilation, ceil_mode=False)
+    assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0)
+
+
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_the_other_device_kinds_work_split_is_right_too(cl_runtime, monkeypatch, kind):
     """A work-item per output row on CPUs, per output on GPUs: each split on the other kind of device."""
