@@ -100,9 +100,9 @@ __kernel void winograd_output(__global store_t* restrict y, __global const float
 // ---- CPUs: a work-item per channel and run of four tiles of one tile row ---------------------------------
 // The four tiles' values sit in the lanes of float4s: each transform step is one vector operation for four
 // tiles, and the 36 stores are four consecutive floats each. (Neighbouring tiles overlap by two columns, so the
-// run reads 18 columns a row.) Intel's runtime runs winograd_input as scalar code (OWN_LANES: merged, its
-// gathers were slower still) and the PoCL wheel's AVX2 merge of it is slow too: 64 channels at 56x56, batch 8,
-// 9.2 -> 3.5 ms on Intel's runtime and 8.9 -> 3.7 on the wheel (Zen 4, 2 threads). PoCL compiling for
+// run reads 18 columns a row.) Intel's runtime runs winograd_input as scalar code (OWN_LANES; merged, its
+// gathers made ResNet-18 slower at batch 1) and the PoCL wheel's AVX2 merge of it is slow too: 64 channels at
+// 56x56, batch 8, 9.2 -> 3.5 ms on Intel's runtime (3.9 merged) and 8.9 -> 3.7 on the wheel (Zen 4, 2 threads). PoCL compiling for
 // AVX-512 merges winograd_input into 16-lane vectors and keeps it (2.4 ms there; rows 4.9): the rule's choice
 // (kuiper/opencl/winograd.py). Global size (tile rows of the batch * runs a row, channels).
 #define RUN 4

@@ -25,8 +25,10 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 
-#: the widest run of input columns (7 strides plus one window) max_pool2d_rows holds in registers; wider
-#: windows take max_pool2d
+#: outputs of a row max_pool2d_rows computes together (LANES in cl/pooling.cl)
+ROW_LANES = 8
+#: the widest run of input columns (ROW_LANES - 1 strides plus one window) max_pool2d_rows holds in registers;
+#: wider windows take max_pool2d
 MAX_ROW_SPAN = 64
 
 
@@ -161,12 +163,15 @@ class MaxPool2d(Pool2d):
         return self.dilation
 
     def build_opencl(self, rt):
-        super().build_opencl(rt)
-        # CPUs: max_pool2d_rows, built for this window, where the columns eight outputs read fit in registers
+        # CPUs: max_pool2d_rows, built for this window, where the columns a row's ROW_LANES outputs read fit in
+        # registers; else max_pool2d
         (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
-        rows = rt.is_cpu and 7 * sw + (kw - 1) * dw + 1 <= MAX_ROW_SPAN
-        self.cl_rows = rt.kernel("pooling.cl", "max_pool2d_rows", [
-            f"-DKH={kh}", f"-DKW={kw}", f"-DSH={sh}", f"-DSW={sw}", f"-DDH={dh}", f"-DDW={dw}"]) if rows else None
+        self.cl_rows = None
+        if rt.is_cpu and (ROW_LANES - 1) * sw + (kw - 1) * dw + 1 <= MAX_ROW_SPAN:
+            self.cl_rows = rt.kernel("pooling.cl", "max_pool2d_rows", [
+                f"-DKH={kh}", f"-DKW={kw}", f"-DSH={sh}", f"-DSW={sw}", f"-DDH={dh}", f"-DDW={dw}"])
+        else:
+            super().build_opencl(rt)
 
     def forward_opencl(self, q, inputs, outputs):
         if self.cl_rows is None:
