@@ -40,10 +40,20 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 // Edges: rows past M load row M - 1 and are not stored; a column block past N slides left to end at N
 // (the host guarantees N >= NV * VN) and stores only the columns the block before it did not.
 //
+// With TAPS defined, B is a convolution's input as cl/conv.cl's pad_planes lays it out (padding written out, each
+// row's columns split into the stride's phases) and the blocks run along output rows, out_w >= NB pixels each:
+// work-item bx takes block bx % row_blocks of output row oy = bx / row_blocks (the last one slides left as above),
+// and im2col's row k for it is the NB floats at B + taps[k] + oy * row_pitch + n0, consecutive at any stride.
+//
 // The inner loop calls no built-in function: PoCL links its built-ins after optimizing, so each fma() or
 // vload16() there stays a call that spills every accumulator. Operators (`acc += a * b`, contracted to an
 // FMA) and vectors built from scalar loads (merged into one vector load) compile to straight-line code.
 #define NB (NV * VN)
+#ifdef TAPS
+#define TAPS_ARGS , __global const int* restrict taps, const int out_h, const int out_w, const int row_pitch
+#else
+#define TAPS_ARGS
+#endif
 #if VN == 16
 #define floatV float16
 #define epilogueV epilogue16
@@ -68,16 +78,22 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
                        __global const store_t* restrict B, __global const store_t* restrict bias, const int bias_mode,
                        EPILOGUE_ARGS,
                        const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
-                       STACK_ARGS) {
-    const int bx = get_global_id(0), by = get_global_id(1), z = get_global_id(2);
-    const int m0 = by * MB;
+                       STACK_ARGS TAPS_ARGS) {
+    const int z = get_global_id(2), m0 = get_global_id(1) * MB;
+#ifdef TAPS  // block bx of output row oy: C's columns from oy * out_w + n0, B's from oy * row_pitch + n0
+    const int row_blocks = (out_w + NB - 1) / NB, oy = get_global_id(0) / row_blocks;
+    const int bx = get_global_id(0) % row_blocks, width = out_w;
+    if (oy >= out_h || m0 >= M) return;
+#else
+    const int oy = 0, bx = get_global_id(0), width = N, row_pitch = 0;
     if (bx * NB >= N || m0 >= M) return;
-    const int n0 = bx * NB + NB <= N ? bx * NB : N - NB;
+#endif
+    const int n0 = bx * NB + NB <= width ? bx * NB : width - NB;
     const int fresh = bx * NB - n0;  // leading columns the previous block already stored
     A += stack_offset(z, groups, off_a, group_a, item_a);
-    B += stack_offset(z, groups, off_b, group_b, item_b) + n0;
-    C += stack_offset(z, groups, off_c, group_c, item_c);
-    residual += stack_offset(z, groups, off_c, group_c, item_c);
+    B += stack_offset(z, groups, off_b, group_b, item_b) + (long)oy * row_pitch + n0;
+    C += stack_offset(z, groups, off_c, group_c, item_c) + oy * width;
+    residual += stack_offset(z, groups, off_c, group_c, item_c) + oy * width;
 
     const __global store_t* a_row[MB];
     floatV acc[MB][NV];
@@ -87,10 +103,15 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
         #pragma unroll
         for (int v = 0; v < NV; ++v) acc[r][v] = 0.0f;
     }
-    for (int k = 0; k < K; ++k, B += ldb) {
+    for (int k = 0; k < K; ++k) {
+#ifdef TAPS
+        const __global store_t* row = B + taps[k];
+#else
+        const __global store_t* row = B + (long)k * ldb;
+#endif
         floatV b[NV];
         #pragma unroll
-        for (int v = 0; v < NV; ++v) b[v] = LOADV((B + v * VN));
+        for (int v = 0; v < NV; ++v) b[v] = LOADV((row + v * VN));
         #pragma unroll
         for (int r = 0; r < MB; ++r) {
             const float a = LOAD(a_row[r], k);

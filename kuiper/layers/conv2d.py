@@ -17,7 +17,8 @@ band by band in reused buffers, no copy at all for 1x1 kernels, and Winograd's m
 On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/opencl/gemm.py) the same im2col and GEMM run for every
 group and batch item in one launch, the bias added by the GEMM. With a gemm_cpu variant (the rule's on
 CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (the rule's on GPUs) skip
-it, reading im2col's entries straight from the input (implicit im2col). The variant is chosen per input
+it, reading im2col's entries straight from the input (implicit im2col), and so do gemm_cpu's "taps" variants
+(the rule's on CPUs for wide output rows) from a padded copy of the input. The variant is chosen per input
 shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
 convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
 a GEMM to pay; on CPUs, so do grouped convolutions of few channels a group (ResNeXt, RegNet). A residual sum
@@ -266,6 +267,8 @@ class Conv2d(ConvLayer):
             self.cl_whole_rows = rt.is_cpu  # im2col's work-items: whole output rows on CPUs, pixels on GPUs
             self.cl_im2col_pixels = rt.kernel("conv.cl", "im2col_pixels") if rt.is_cpu else None
             self.cl_columns = Columns(rt)
+            # for the taps variants: pad_planes (built on first use), its output, the taps table per input size
+            self.cl_pad, self.cl_padded, self.cl_taps = None, Scratch(rt), {}
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
@@ -294,6 +297,9 @@ class Conv2d(ConvLayer):
         if self.winograd is not None and variant in self.winograd.variants:
             variant(q, x, y, self.cl_bias, bias["epilogue"])
             return
+        if variant in self.gemm.taps:
+            self._taps_opencl(q, x, (ho, wo), k, items, c=out, a=weights, variant=variant, **bias)
+            return
         implicit = variant in self.gemm.implicit
         # the GEMM reads B from the input itself when the input is the column matrix (1x1) or when it computes
         # im2col's entries on the fly (implicit); otherwise im2col writes the column matrix first
@@ -317,6 +323,38 @@ class Conv2d(ConvLayer):
                                 b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
                                 groups=g, items=count, variant=variant, **bias)
 
+    def padded_planes(self, in_hw: tuple, block: int = 1) -> tuple:
+        """(rows, columns a phase) of cl/conv.cl's pad_planes copy of one input plane of size in_hw, padding
+        included: the rows that every output row's windows reach, the columns of each of the stride's phases that
+        an output row's windows reach, the row rounded up to whole blocks of `block` pixels."""
+        (ho, wo) = self.output_shapes([(self.in_channels, *in_hw)])[0][-2:]
+        (sh, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
+        return (ho - 1) * sh + (kh - 1) * dh + 1, round_up(wo, block) + (kw - 1) * dw // sw
+
+    def taps(self, in_hw: tuple) -> np.ndarray:
+        """For each row (c, i, j) of a group's im2col matrix, where its entry for output pixel (0, 0) lies in the
+        group's pad_planes copy: the entry for pixel (oy, ox) is row pitch * oy + ox further on (cl/gemm.cl)."""
+        (_, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
+        rows, phase_w = self.padded_planes(in_hw)
+        c, i, j = np.indices((self.in_channels // self.groups, kh, kw)).reshape(3, -1)
+        return (((c * rows + i * dh) * sw + j * dw % sw) * phase_w + j * dw // sw).astype(np.int32)
+
+    def _taps_opencl(self, q, x, out_hw: tuple, k: int, items: int, **gemm) -> None:
+        """pad_planes, then the GEMM of a taps variant on the padded input: `gemm` holds the call's C, A, variant
+        and bias."""
+        h, w = x.shape[-2:]
+        if self.cl_pad is None:
+            options = [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}", f"-DSW={self.stride[1]}"]
+            self.cl_pad = self.cl_rt.kernel("conv.cl", "pad_planes", options)
+        if (h, w) not in self.cl_taps:
+            self.cl_taps[h, w] = self.cl_rt.upload(self.taps((h, w)))
+        padded, rows, phase_w = self._pad_planes(q, x, items)
+        plane, cin = rows * self.stride[1] * phase_w, self.in_channels
+        (ho, wo), pitch = out_hw, self.stride[0] * self.stride[1] * phase_w
+        self.gemm(q, self.out_channels // self.groups, ho * wo, k, groups=self.groups, items=items,
+                  b=Matrix(padded, 0, group=cin // self.groups * plane, item=cin * plane),
+                  image=(self.cl_taps[h, w], ho, wo, pitch), **gemm)
+
     def _cropped_opencl(self, in_hw: tuple):
         """cropped(in_hw) built on this layer's runtime, with its fused epilogue; None where nothing is cropped."""
         layer = self.cropped(in_hw)
@@ -325,23 +363,26 @@ class Conv2d(ConvLayer):
             layer.build_opencl(self.cl_rt)
         return layer
 
+    def _pad_planes(self, q, x, items: int, block: int = 1) -> tuple:
+        """Enqueue pad_planes on input x into cl_padded: returns it, its rows and its columns a phase."""
+        (h, w), (top, _), (left, _) = x.shape[-2:], *self.pads
+        rows, phase_w = self.padded_planes((h, w), block)
+        padded = self.cl_padded.fit(4 * items * self.in_channels * rows * self.stride[1] * phase_w)
+        q.run(self.cl_pad, (rows, items * self.in_channels), None, padded, x.buffer, h, w, rows, phase_w, top, left)
+        return padded, rows, phase_w
+
     def _direct_opencl(self, q, inputs, y, items: int) -> None:
         """The direct kernels: depthwise_conv2d (GPUs), or pad_planes then depthwise_rows or grouped_rows (CPUs)."""
         x, (h, w), (ho, wo) = inputs[0], inputs[0].shape[-2:], y.shape[-2:]
         cin, cout = self.in_channels, self.out_channels
-        (sh, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
-        (top, _), (left, _) = self.pads
+        (sh, sw), (dh, dw), (top, _), (left, _) = self.stride, self.dilation, *self.pads
         common = (self.cl_weight, self.cl_weight if self.cl_bias is None else self.cl_bias,
                   int(self.cl_bias is not None), *self.cl_epilogue.args(inputs, y), cout, cout // self.groups)
         if self.cl_pad is None:
             q.run(self.cl_direct, (round_up(wo, 8), ho, items * cout), None, y.buffer, x.buffer, *common, h, w,
                   ho, wo, sh, sw, top, left, dh, dw)
             return
-        # the rows, and the columns of each of the sw phases, that the windows of every output row's blocks of 8
-        # pixels reach, padding included
-        padded_h, phase_w = (ho - 1) * sh + (kh - 1) * dh + 1, round_up(wo, 8) + (kw - 1) * dw // sw
-        padded = self.cl_padded.fit(4 * items * cin * padded_h * sw * phase_w)
-        q.run(self.cl_pad, (padded_h, items * cin), None, padded, x.buffer, h, w, padded_h, phase_w, top, left)
+        padded, padded_h, phase_w = self._pad_planes(q, x, items, block=8)  # the kernels compute blocks of 8 pixels
         # a work-group per output plane: PoCL's own choice ran 32 planes of 112x112 about half as fast
         local = (ho, 1) if ho <= self.cl_direct_group else None
         if self.cl_grouped:  # common's last value, the multiplier, is cout_g here too
@@ -352,7 +393,11 @@ class Conv2d(ConvLayer):
               sh, dh, dw)
 
     def gemm_dims(self, shapes) -> tuple:
-        """(m, n, stack) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and item."""
+        """(m, n, stack, row) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and item,
+        and Wo for the taps variants (0 where they do not run: a 1x1 kernel reads no column matrix, and their
+        offsets into a group's padded input are 32-bit)."""
         shape = shapes[0]
         ho, wo = self.output_shapes([shape])[0][-2:]
-        return self.out_channels // self.groups, ho * wo, math.prod(shape[:-3]) * self.groups
+        rows, phase_w = self.padded_planes(shape[-2:])
+        fits = not self.pointwise and self.in_channels // self.groups * rows * self.stride[1] * phase_w < 2 ** 31
+        return self.out_channels // self.groups, ho * wo, math.prod(shape[:-3]) * self.groups, wo if fits else 0

@@ -13,6 +13,11 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   work-groups as cache blocks: their work-items share the same columns of B while those are in the core's
   cache, and walk down the rows of A. The rule gives CPUs (`rt.is_cpu`) the widest block the product fills
   among those the compiler's vector registers hold (`Gemm.cpu_blocks`).
+* "cpu 6xNB taps", for a convolution on CPUs, runs `gemm_cpu` on the input itself: cl/conv.cl's pad_planes
+  first writes the input with its padding and its columns split by the stride, where every row of im2col's
+  matrix that one block of an output row reads is NB consecutive floats at an offset of its own (the `taps`
+  table), so no column matrix is written and read back. The rule takes it for output rows of TAPS_MIN_ROW
+  pixels or more.
 * "gpu TMxTN" runs `gemm_gpu`: tiles staged in local memory with register blocking, within the kernel's
   and the device's largest work-group. For a convolution it reads B as implicit im2col straight from the
   input images (`Gemm(..., kernel_size)`): on a GPU, writing and reading back the column matrix took a
@@ -67,6 +72,15 @@ PANEL = CPU_BLOCKS[0][0]
 #: compiles a kernel again for every new work-group size it is launched with (0.3-5 s each), and ResNet-18 alone
 #: made seven of them when the size followed each product's edges
 CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
+
+#: the rule runs a convolution's GEMM on its padded input (the "taps" variants) on CPUs where output rows hold this
+#: many pixels: a row is then cut into blocks with little overlap, and the column matrix is wide and costly to
+#: write and read back. Intel's runtime, 2 threads of a Zen 4, batch 8, ms, im2col + GEMM / pad_planes + taps:
+#: ResNet-18's 7x7 stride-2 stem (3 -> 64, 112 pixels a row) 4.8 + 14.5 / 0.6 + 11.1, MobileNet's 3x3 stride-2
+#: stem (3 -> 32, 112) 2.2 + 4.1 / 0.4 + 2.7; at 56 and 28 pixels a row it did not pay: ConvNeXt-T's 4x4
+#: stride-4 stem (57 with padding 2) 0.8-1.2 + 2.1-2.3 / 0.4-0.6 + 2.6-3.9, 64 -> 128 3x3 stride 2 at 56x56 (28)
+#: 2.4 + 5.1 / 0.6 + 6.9
+TAPS_MIN_ROW = 64
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
 #: whose columns need more is processed in chunks of items
@@ -159,8 +173,8 @@ class ConstantB:
                     groups=self.panels or 1)
 
 
-def cpu_name(width: int) -> str:
-    return f"cpu {CPU_ROWS}x{width}"
+def cpu_name(width: int, taps: bool = False) -> str:
+    return f"cpu {CPU_ROWS}x{width}" + (" taps" if taps else "")
 
 
 def gpu_name(tile: tuple) -> str:
@@ -175,6 +189,8 @@ class Gemm:
 
     With a convolution's `kernel_size` (kh, kw), the GPU variants are built for implicit im2col (the set
     `implicit`): B is then the stack of input images and each call passes the convolution's `image` geometry.
+    The CPU blocks come a second time as "cpu 6xNB taps" (the set `taps`): B is then the stack of padded
+    inputs (pad_planes') and `image` is (the taps table, out_h, out_w, the padded input's floats per output row).
     Every kernel applies `epilogue` (a KernelEpilogue) to what it stores."""
 
     def __init__(self, rt, variant: str | None = None, kernel_size: tuple | None = None,
@@ -185,12 +201,14 @@ class Gemm:
         self._split_kernels = {}  # tile -> gemm_gpu built for split-K, on first need
         self._sum_kernel = None
         self.partial = Scratch(rt)  # split-K's partial products
-        cpu = [Variant(cpu_name(block[0]), partial(self._cpu_kernel, block), partial(self._cpu_launch, block[0]))
-               for block in CPU_BLOCKS]
+        cpu = [Variant(cpu_name(block[0], taps), partial(self._cpu_kernel, block, taps),
+                       partial(self._cpu_launch, block[0]))
+               for taps in ((False, True) if kernel_size is not None else (False,)) for block in CPU_BLOCKS]
         gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
                for tile in GPU_TILES]
         self.variants = {v.name: v for v in cpu + gpu}
         self.implicit = frozenset(gpu if kernel_size is not None else ())
+        self.taps = frozenset(v for v in cpu if v.name.endswith(" taps"))
         self._tiles = None
         self.family = variant
         # with no tile whose work-group this device runs, the CPU kernel, which has no such need, stands in
@@ -214,13 +232,16 @@ class Gemm:
                     kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
         return (tn // rn) * (tm // rm) <= limit
 
-    def rule(self, m: int, n: int, stack: int) -> str:
+    def rule(self, m: int, n: int, stack: int, row: int = 0) -> str:
         """The variant for `stack` products (m, k) @ (k, n) by rule: on CPUs gemm_cpu with the widest block no
-        wider than n, elsewhere gemm_gpu with the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
+        wider than n, or for a convolution whose output rows (`row` pixels, 0 where the taps variants cannot
+        run it) hold TAPS_MIN_ROW the taps variant of the widest block no wider than a row; elsewhere gemm_gpu
+        with the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
-        return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n))
+        taps = bool(self.taps) and row >= TAPS_MIN_ROW
+        return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= (row if taps else n)), taps)
 
     @property
     def cpu_blocks(self) -> tuple:
@@ -231,16 +252,19 @@ class Gemm:
         features = self.rt.target_features or (cpu_flags() if self.rt.is_cpu else frozenset())
         return CPU_BLOCKS if "avx512f" in features else CPU_BLOCKS[1:]
 
-    def candidates(self, n: int) -> list:
-        """The variants able to compute products n columns wide: gemm_cpu's blocks no wider (the kernel needs
-        N >= its block) and the tiles the device runs."""
-        cpu = [cpu_name(block[0]) for block in CPU_BLOCKS if block[0] <= n] if self.family != "gpu" else []
+    def candidates(self, n: int, row: int = 0) -> list:
+        """The variants able to compute products n columns wide, of a convolution's output rows `row` pixels wide
+        (0: none for the taps variants): gemm_cpu's blocks no wider (the kernel needs N, or a row, >= its block)
+        and the tiles the device runs."""
+        cpu = [cpu_name(block[0], taps) for taps, width in ((False, n), (True, row if self.taps else 0))
+               for block in CPU_BLOCKS if block[0] <= width] if self.family != "gpu" else []
         gpu = [gpu_name(tile) for tile in self.tiles] if self.family != "cpu" else []
         return cpu + gpu
 
     def choices(self, dims, *files, other=None) -> Variants:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
-        dims(shapes) = (m, n, stack); `files` names its other kernel files, which its time depends on too.
+        dims(shapes) = (m, n, stack), or (m, n, stack, row) for a convolution whose output rows are `row` pixels
+        wide (see rule); `files` names its other kernel files, which its time depends on too.
 
         other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), more candidates:
         its `variants`, built from its kernel `file`, of which the rule takes other.preferred(shapes) if any."""
@@ -253,14 +277,15 @@ class Gemm:
             return (other and other.preferred(shapes)) or self.rule(*dims(shapes))
 
         def candidates(shapes):
-            return self.candidates(dims(shapes)[1]) + ([v.name for v in other.variants] if other else [])
+            _, n, _, *row = dims(shapes)
+            return self.candidates(n, *row) + ([v.name for v in other.variants] if other else [])
         return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------
-    def _cpu_kernel(self, block):
+    def _cpu_kernel(self, block, taps: bool):
         _, nv, vn = block
-        return self.rt.kernel("gemm.cl", "gemm_cpu",
-                              [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}", *self.epilogue.options])
+        return self.rt.kernel("gemm.cl", "gemm_cpu", [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}",
+                                                      *(["-DTAPS"] if taps else []), *self.epilogue.options])
 
     def _gpu_kernel(self, tile, split: bool = False):
         tm, tn, tk, rm, rn = tile
@@ -279,7 +304,8 @@ class Gemm:
 
         bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS).
         image: for a variant in `implicit`, the geometry of the convolution whose im2col B stands for: (height,
-        width, out_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w).
+        width, out_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w); for one in `taps`, (the taps
+        table, out_h, out_w, row pitch): see cl/gemm.cl.
         variant: one of `variants` (a layer's choice for its input shape); None: the rule's for this product.
         epilogue: the (residual, act_a, act_b) of this Gemm's epilogue for this call (KernelEpilogue.args)."""
         stack = items * groups
@@ -291,10 +317,11 @@ class Gemm:
         return variant(q, m, n, stack, args, image)
 
     def _cpu_launch(self, width: int, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
-        blocks = (-(-n // width), -(-m // CPU_ROWS))
+        # a taps variant's blocks: those of each output row (image[1] rows of image[2] pixels)
+        blocks = (image[1] * -(-image[2] // width) if image else -(-n // width), -(-m // CPU_ROWS))
         local = self._cpu_group(*blocks, stack)
         return q.run(kernel, (round_up(blocks[0], local[0]), round_up(blocks[1], local[1]), stack), (*local, 1),
-                     *args)
+                     *args, *image)
 
     def _gpu_launch(self, tile: tuple, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
         tm, tn, tk, rm, rn = tile

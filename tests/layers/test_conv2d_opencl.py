@@ -125,3 +125,44 @@ def test_padded_phases_of_the_rows_kernels(cl_runtime, monkeypatch, stride, padd
     monkeypatch.setattr(cl_runtime, "is_cpu", True)  # depthwise_rows, whatever this device is
     check(dict(in_channels=3, out_channels=3, kernel_size=3, stride=stride, padding=padding, groups=3,
                input_shape=(2, 3, 5, width)), cl_runtime)
+
+
+TAPS_CASES = {  # output rows of 35-38 pixels: blocks of 32 that slide back at a row's end, 16, 4 and 1
+    "7x7 stride2 pad3": dict(in_channels=3, out_channels=8, kernel_size=7, stride=2, padding=3,
+                             input_shape=(2, 3, 9, 70)),
+    "dilated grouped": dict(in_channels=4, out_channels=6, kernel_size=3, padding=1, dilation=2, groups=2,
+                            input_shape=(1, 4, 9, 40)),
+    "4x4 stride4 nobias": dict(in_channels=3, out_channels=13, kernel_size=4, stride=4, bias=False,
+                               input_shape=(1, 3, 8, 140)),
+    "3x5 stride (2,3)": dict(in_channels=5, out_channels=7, kernel_size=(3, 5), stride=(2, 3), padding=(1, 2),
+                             input_shape=(3, 5, 6, 105)),
+}
+
+
+@pytest.mark.parametrize("name", TAPS_CASES.keys())
+def test_every_taps_variant_opencl(cl_runtime, name):
+    """gemm_cpu on pad_planes' copy of the input (the taps variants) for strides, dilation, groups, rows longer
+    than a block."""
+    layer, _, _ = make_conv(RNG, **TAPS_CASES[name])
+    x = RNG.standard_normal(TAPS_CASES[name]["input_shape"], dtype=np.float32)
+    names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
+    assert {f"cpu 6x{width} taps" for width in (32, 16, 4, 1)} <= set(names)
+
+
+def test_the_rule_takes_taps_for_wide_rows_on_cpus(cl_runtime, monkeypatch):
+    monkeypatch.setattr(cl_runtime, "is_cpu", True)
+    case = dict(TAPS_CASES["7x7 stride2 pad3"])
+    layer, _, _ = make_conv(RNG, **case)
+    layer.build_opencl(cl_runtime)
+    widest = layer.gemm.cpu_blocks[0][0]
+    for width, expected in [(2 * kuiper.opencl.gemm.TAPS_MIN_ROW, f"cpu 6x{widest} taps"), (70, f"cpu 6x{widest}")]:
+        assert layer.variants.rule(((1, 3, 9, width),)) == expected
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_the_taps_variant_runs_the_fused_epilogue(cl_runtime, tmp_path, activation):
+    # rows of 70 outputs: the residual is read at each block's own row and columns
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 5, 7, 70), activation)
+    (layer,) = [op.layer.main for op in graph.order if op.type.startswith("nn.Conv2d")]
+    layer.variants.fix([x.shape, x.shape], "cpu 6x32 taps")
+    np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
