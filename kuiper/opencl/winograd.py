@@ -29,6 +29,12 @@ MIN_MACS = 256 << 20
 #: (4 tiles) 4.2 ms against im2col's 3.2; its 14x14 layer (16 tiles) 1.7 against 2.9. ResNet-18 b1 on PoCL
 #: 40 -> 29 ms, vgg11_bn 210 -> 104 ms.
 MIN_CPU_TILES = 16
+#: ... and fewer input channels: the transforms then cost more than the GEMM saves. 3x3 -> 64 channels at
+#: 112x112, batch 1 (2 threads of a Zen 4), ms, Winograd / the GEMM's best, input channels 3, 8, 16, 32: Intel's
+#: runtime 1.74/0.42, 1.32/0.78, 1.50/1.44, 2.10/2.69; Debian PoCL 0.96/0.41, 1.31/0.82, 1.46/1.44, 2.09/2.60;
+#: PoCL wheel 1.37/0.49, 1.55/1.33, 2.78/2.51, 2.40/4.43. VGG-11's first layer (3 channels at 224x224) on Intel's
+#: runtime: 5.7 -> 2.0 ms
+MIN_CPU_CHANNELS = 16
 
 #: work-items per work-group along the tiles on GPUs (CPUs let the driver choose)
 GROUP_TILES = 64
@@ -70,14 +76,14 @@ class WinogradConv:
 
     def preferred(self, shapes) -> str | None:
         """The variant the rule picks for these input shapes, or None for none of Winograd's: on CPUs where the
-        GEMM has MIN_CPU_TILES columns or more, on GPUs for layers of MIN_MACS or more. On CPUs the rows
-        variant, unless the compiler says it targets AVX-512 (PoCL there merges the tile kernels into 16-lane
-        vectors that beat it; cl/winograd.cl)."""
+        GEMM has MIN_CPU_TILES columns or more and the layer MIN_CPU_CHANNELS input channels, on GPUs for layers
+        of MIN_MACS or more. On CPUs the rows variant, unless the compiler says it targets AVX-512 (PoCL there
+        merges the tile kernels into 16-lane vectors that beat it; cl/winograd.cl)."""
         out = self.layer.output_shapes(shapes)[0]
         flat, *rows = self.variants
         if self.rt.is_cpu:
             tiles = math.prod(out[:-3]) * math.prod(self.method.tiles(*out[-2:]))  # of every batch item
-            if tiles < MIN_CPU_TILES:
+            if tiles < MIN_CPU_TILES or self.layer.in_channels < MIN_CPU_CHANNELS:
                 return None
             return flat.name if "avx512f" in self.rt.target_features else rows[0].name
         return flat.name if math.prod(out) * self.layer.in_channels * 9 >= MIN_MACS else None

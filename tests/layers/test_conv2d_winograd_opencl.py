@@ -56,8 +56,8 @@ def test_winograd_is_offered_only_for_3x3_stride1_convolutions(cl_runtime, other
     (True, frozenset(), ROWS),                          # a compiler that does not say (Intel's runtime)
     (False, frozenset(), WINOGRAD),
 ])
-def test_the_rule_takes_winograd_for_enough_tiles_on_cpus_and_large_layers_on_gpus(cpu, features, winograd_variant,
-                                                                                   monkeypatch):
+def test_the_rule_takes_winograd_for_enough_tiles_and_channels_on_cpus_and_large_layers_on_gpus(
+        cpu, features, winograd_variant, monkeypatch):
     rt = SimpleNamespace(is_cpu=cpu, target_features=features)
     layer, _, _ = make_conv(RNG, in_channels=64, out_channels=64, kernel_size=3, padding=1)
     conv = winograd.WinogradConv.__new__(winograd.WinogradConv)
@@ -68,6 +68,8 @@ def test_the_rule_takes_winograd_for_enough_tiles_on_cpus_and_large_layers_on_gp
         assert conv.preferred(small) == conv.preferred(large) == winograd_variant
         assert conv.preferred(((1, 64, 7, 7),)) is None  # 4 tiles
         assert conv.preferred(((4, 64, 7, 7),)) == conv.preferred(((64, 13, 13),)) == winograd_variant  # 16 tiles
+        conv.layer, _, _ = make_conv(RNG, in_channels=winograd.MIN_CPU_CHANNELS - 1, out_channels=64, kernel_size=3)
+        assert conv.preferred(((1, winograd.MIN_CPU_CHANNELS - 1, 56, 56),)) is None  # too few input channels
     else:
         assert conv.preferred(small) is None and conv.preferred(large) == WINOGRAD
         monkeypatch.setattr(winograd, "MIN_MACS", 1 << 40)
