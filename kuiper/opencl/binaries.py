@@ -7,8 +7,9 @@ again, so kuiper keeps them for it. A program made from a binary may carry no ke
 which OpenCLRuntime.kernel reads to type scalar arguments, so each kernel's argument type names are kept
 beside it.
 
-An entry is <folder>/<key>.bin with <key>.json, key = a hash of the device, its driver's version, the build
-options and the kernel source with its headers: a new driver or an edited kernel misses and builds anew.
+An entry is <folder>/<key>.bin with <key>.json, key = a hash of the device, its driver's version and settings,
+the build options and the kernel source with its headers: a new driver or an edited kernel misses and builds
+anew.
 The folder is KUIPER_PROGRAM_CACHE (`off` turns the cache off), else $XDG_CACHE_HOME/kuiper/programs, else
 ~/.cache/kuiper/programs. An entry that will not load is built from source and written again.
 """
@@ -40,8 +41,12 @@ def folder(device) -> Path | None:
 
 
 def key(device, options: tuple, digest: str) -> str:
-    """The entry's name for a program of this source digest built with these options on this device."""
-    parts = (device.platform.name, device.name, device.driver_version, " ".join(options), digest)
+    """The entry's name for a program of this source digest built with these options on this device, under the
+    driver's settings: Intel's runtime reads CL_CONFIG_* variables, CL_CONFIG_CPU_TARGET_ARCH the instruction set
+    it compiles for (a build kept for AVX-512 was loaded after the variable asked for AVX, and ran as such)."""
+    settings = " ".join(f"{name}={value}" for name, value in sorted(os.environ.items())
+                        if name.startswith("CL_CONFIG_"))
+    parts = (device.platform.name, device.name, device.driver_version, settings, " ".join(options), digest)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 

@@ -212,6 +212,22 @@ def probe(device) -> str | None:
     return _PROBES[key]
 
 
+#: Intel's CPU runtime predefines none of TARGET_MACROS: it compiles for the CPU it runs on, or for the target that
+#: CL_CONFIG_CPU_TARGET_ARCH names. The names its 2026.2 release takes (any other leaves the device unavailable),
+#: by the TARGET_MACROS features their code uses
+INTEL_TARGET_ARCHS = {"corei7": frozenset(), "corei7-avx": frozenset(), "core-avx2": frozenset({"avx2"}),
+                      "skx": frozenset({"avx2", "avx512f"})}
+
+
+def configured_target(device) -> frozenset | None:
+    """The features a driver that names no target was told to compile for (Intel's runtime's
+    CL_CONFIG_CPU_TARGET_ARCH), None where it was told nothing: it then compiles for this CPU."""
+    arch = os.environ.get("CL_CONFIG_CPU_TARGET_ARCH")
+    if device.platform.name != "Intel(R) OpenCL" or not arch:
+        return None
+    return INTEL_TARGET_ARCHS.get(arch)
+
+
 def target_features(device) -> frozenset:
     """The names in TARGET_MACROS that the device's kernel compiler defines (empty where the probe failed)."""
     probe(device)

@@ -238,3 +238,18 @@ def test_an_ocl_icd_vendors_set_by_the_user_is_kept(tmp_path):
     result = subprocess.run([sys.executable, "-c", KEEP_VENDORS], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(tmp_path) and not (tmp_path / "cache" / "kuiper").exists()
+
+
+def test_a_kept_build_is_keyed_by_the_drivers_settings(monkeypatch):
+    """Intel's runtime compiles for CL_CONFIG_CPU_TARGET_ARCH where set: a build kept under another target must
+    not be loaded (it was, and ran as AVX code after the variable asked for AVX-512)."""
+    intel = SimpleNamespace(platform=SimpleNamespace(name="Intel(R) OpenCL"), name="cpu", driver_version="1")
+    monkeypatch.delenv("CL_CONFIG_CPU_TARGET_ARCH", raising=False)
+    plain = binaries.key(intel, ("-DX",), "digest")
+    monkeypatch.setenv("KUIPER_UNRELATED", "1")
+    assert binaries.key(intel, ("-DX",), "digest") == plain
+    monkeypatch.setenv("CL_CONFIG_CPU_TARGET_ARCH", "core-avx2")
+    assert binaries.key(intel, ("-DX",), "digest") != plain
+    assert devices.configured_target(intel) == {"avx2"}
+    pocl = SimpleNamespace(platform=SimpleNamespace(name="Portable Computing Language"))
+    assert devices.configured_target(pocl) is None  # the variable is Intel's

@@ -9,7 +9,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from kuiper.opencl import Enqueuer, gemm as gemm_module
+from kuiper.opencl import Enqueuer, devices, gemm as gemm_module
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, KernelEpilogue, Matrix
 from kuiper.layers.fused import EpilogueStep
 from kuiper.runtime.operators import make_layer
@@ -127,6 +127,23 @@ def test_the_32_column_block_needs_a_compiler_that_targets_avx512(cl_runtime, mo
     gemm = Gemm(cl_runtime, "cpu")
     assert gemm.rule(64, 1000, 1) == widest and gemm.rule(64, 20, 1) == "cpu 6x16"
     assert "cpu 6x32" in gemm.candidates(1000)
+
+
+@pytest.mark.parametrize("arch, widest", [(None, "cpu 6x32"), ("core-avx2", "cpu 6x16"), ("corei7-avx", "cpu 6x16"),
+                                          ("skx", "cpu 6x32")])
+def test_intels_runtime_told_another_target_gets_its_blocks(cl_runtime, monkeypatch, arch, widest):
+    """Intel's runtime names no target, so on an AVX-512 CPU the rule goes by the CPU's flags, unless
+    CL_CONFIG_CPU_TARGET_ARCH tells the runtime to compile for another one."""
+    intel = SimpleNamespace(platform=SimpleNamespace(name="Intel(R) OpenCL"))
+    if arch is None:
+        monkeypatch.delenv("CL_CONFIG_CPU_TARGET_ARCH", raising=False)
+    else:
+        monkeypatch.setenv("CL_CONFIG_CPU_TARGET_ARCH", arch)
+    monkeypatch.setattr(type(cl_runtime), "target_features", property(lambda rt: frozenset()))
+    monkeypatch.setattr(cl_runtime, "is_cpu", True)
+    monkeypatch.setattr(gemm_module, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(gemm_module, "configured_target", lambda device: devices.configured_target(intel))
+    assert Gemm(cl_runtime, "cpu").rule(64, 1000, 1) == widest
 
 
 @pytest.mark.parametrize("groups_per_unit", [1, 10 ** 6])
