@@ -82,6 +82,11 @@ CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
 #: stride-4 stem (57 with padding 2) 0.8-1.2 + 2.1-2.3 / 0.4-0.6 + 2.6-3.9, 64 -> 128 3x3 stride 2 at 56x56 (28)
 #: 2.4 + 5.1 / 0.6 + 6.9
 TAPS_MIN_ROW = 64
+#: ... with the block of at least this many columns that computes the fewest a row (blocks slide back to end at
+#: the row's end, recomputing columns): ResNet-18's stem, rows of 112, 7 blocks of 16 rather than 4 of 32. A/B x3-4,
+#: ResNet-18 b8 (kuiper run --repeat 10): Intel's runtime 133.2 -> 127.3 and 128.9 -> 126.0 ms, Debian PoCL 120.6
+#: -> 115.2
+TAPS_MIN_BLOCK = 16
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
 #: whose columns need more is processed in chunks of items
@@ -236,13 +241,15 @@ class Gemm:
     def rule(self, m: int, n: int, stack: int, row: int = 0) -> str:
         """The variant for `stack` products (m, k) @ (k, n) by rule: on CPUs gemm_cpu with the widest block no
         wider than n, or for a convolution whose output rows (`row` pixels, 0 where the taps variants cannot
-        run it) hold TAPS_MIN_ROW the taps variant of the widest block no wider than a row; elsewhere gemm_gpu
+        run it) hold TAPS_MIN_ROW a taps variant (see TAPS_MIN_BLOCK); elsewhere gemm_gpu
         with the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
-        taps = bool(self.taps) and row >= TAPS_MIN_ROW
-        return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= (row if taps else n)), taps)
+        if self.taps and row >= TAPS_MIN_ROW:  # the block that computes the fewest columns a row, the wider of two
+            widths = [block[0] for block in self.cpu_blocks if TAPS_MIN_BLOCK <= block[0] <= row]
+            return cpu_name(min(widths, key=lambda width: (-(-row // width) * width, -width)), True)
+        return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n))
 
     @property
     def cpu_blocks(self) -> tuple:

@@ -155,7 +155,9 @@ def test_the_rule_takes_taps_for_wide_rows_on_cpus(cl_runtime, monkeypatch):
     layer, _, _ = make_conv(RNG, **case)
     layer.build_opencl(cl_runtime)
     widest = layer.gemm.cpu_blocks[0][0]
-    for width, expected in [(2 * kuiper.opencl.gemm.TAPS_MIN_ROW, f"cpu 6x{widest} taps"), (70, f"cpu 6x{widest}")]:
+    # output rows of 128 (whole blocks of 32), 112 (7 of 16, not 4 of 32) and 35 (im2col)
+    for width, expected in [(2 * kuiper.opencl.gemm.TAPS_MIN_ROW, f"cpu 6x{widest} taps"), (224, "cpu 6x16 taps"),
+                            (70, f"cpu 6x{widest}")]:
         assert layer.variants.rule(((1, 3, 9, width),)) == expected
 
 
