@@ -239,6 +239,7 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
 #endif
 
 // ---- pad_planes: planes with zeros around them, their columns split into phases, for *_rows above ---------
+// (and for cl/gemm.cl's gemm_cpu built with TAPS, which reads a convolution's im2col entries from it)
 // Work-item (r, z) writes row r of padded plane z: SW runs of phase_w values, run p holding padded columns p,
 // p + SW, p + 2 * SW...; padded column c is the input's column c - left of row r - top, or 0 outside the input.
 // Global size (padded_h, planes). Built with the rows kernel's options: the stride a constant here too.
