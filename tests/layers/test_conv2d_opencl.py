@@ -161,6 +161,16 @@ def test_the_rule_takes_taps_for_wide_rows_on_cpus(cl_runtime, monkeypatch):
         assert layer.variants.rule(((1, 3, 9, width),)) == expected
 
 
+def test_no_taps_variant_where_offsets_would_pass_32_bits_or_for_1x1():
+    # the taps table holds 32-bit offsets into one group's padded input: 256 channels of 3000 x 3000 pass 2^31
+    layer, _, _ = make_conv(RNG, **TAPS_CASES["7x7 stride2 pad3"])
+    assert layer.gemm_dims([(1, 3, 9, 70)])[3] == 35
+    wide, _, _ = make_conv(RNG, in_channels=256, out_channels=8, kernel_size=3, padding=1)
+    assert wide.gemm_dims([(1, 256, 3000, 3000)])[3] == 0
+    pointwise, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=1)
+    assert pointwise.gemm_dims([(1, 4, 9, 200)])[3] == 0  # the input is the GEMM's B already
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_the_taps_variant_runs_the_fused_epilogue(cl_runtime, tmp_path, activation):
     # rows of 70 outputs: the residual is read at each block's own row and columns
