@@ -44,13 +44,17 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 // row's columns split into the stride's phases) and the blocks run along output rows, out_w >= NB pixels each:
 // work-item bx takes block bx % row_blocks of output row oy = bx / row_blocks (the last one slides left as above),
 // and im2col's row k for it is the NB floats at B + taps[k] + oy * row_pitch + n0, consecutive at any stride.
+// At stride 1 the host may instead pass the padded grid as one long row (out_h 1): its rows grid_pitch floats
+// apart (the padded row), of which the first grid_w (the output row) are stored; short output rows then need no
+// block of their own, and the columns on the padding are computed and dropped. Otherwise grid_pitch = grid_w.
 //
 // The inner loop calls no built-in function: PoCL links its built-ins after optimizing, so each fma() or
 // vload16() there stays a call that spills every accumulator. Operators (`acc += a * b`, contracted to an
 // FMA) and vectors built from scalar loads (merged into one vector load) compile to straight-line code.
 #define NB (NV * VN)
 #ifdef TAPS
-#define TAPS_ARGS , __global const int* restrict taps, const int out_h, const int out_w, const int row_pitch
+#define TAPS_ARGS , __global const int* restrict taps, const int out_h, const int out_w, const int row_pitch, \
+    const int grid_pitch, const int grid_w
 #else
 #define TAPS_ARGS
 #endif
@@ -121,6 +125,14 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
     }
 
     const int g = z % groups;
+#ifdef TAPS  // where column n0 is stored: n0 itself along an output row (grid_pitch == grid_w)
+    const int gy = n0 / grid_pitch, gx = n0 - gy * grid_pitch;
+    const bool consecutive = gx + NB <= grid_w;  // the whole block on one output row
+    const long first = (long)gy * grid_w + gx;
+#else
+    const bool consecutive = true;
+    const long first = n0;
+#endif
 #ifndef KUIPER_HALF
     float column_bias[NB];  // Linear's bias, read once for all the block's rows
     #pragma unroll
@@ -133,9 +145,9 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
         union { floatV v[NV]; float s[NB]; } row;  // the block's row, element by element
         #pragma unroll
         for (int v = 0; v < NV; ++v) row.v[v] = acc[r][v];
-        const long at = (long)m * ldc + n0;
+        const long at = (long)m * ldc + first;
 #ifndef KUIPER_HALF  // half storage takes the loop: the unrolled stores compile for seconds on PoCL
-        if (fresh == 0) {
+        if (fresh == 0 && consecutive) {
             // the common case, unrolled with the row's bias value or the columns': straight-line stores the
             // compiler vectorizes. The general loop below costs more than the products when K is short
             // (Winograd's K = Cin = 64: 33 GMAC/s against 77 at K = 4608; ConvNeXt-T's first Linears, K = 96,
@@ -152,8 +164,16 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
         }
 #endif
         for (int c = fresh; c < NB; ++c) {
+            long to = at + c;
+#ifdef TAPS  // column n of the padded grid is output pixel (n / grid_pitch, n % grid_pitch), or padding
+            if (!consecutive) {
+                const int n = n0 + c, y = n / grid_pitch, x = n - y * grid_pitch;
+                if (x >= grid_w) continue;
+                to = (long)m * ldc + (long)y * grid_w + x;
+            }
+#endif
             const float v = row.s[c] + bias_of(bias, bias_mode, g, m, n0 + c, M, N);
-            STORE(C, at + c, epilogue(v, residual, at + c, act_a, act_b));
+            STORE(C, to, epilogue(v, residual, to, act_a, act_b));
         }
     }
 }

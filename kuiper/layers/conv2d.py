@@ -37,7 +37,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Columns, Gemm, Matrix, Scratch
+from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, TAPS_MIN_ROW, Columns, Gemm, Matrix, Scratch
 from kuiper.opencl.winograd import WinogradConv, applies as winograd_applies
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
@@ -349,11 +349,25 @@ class Conv2d(ConvLayer):
         if (h, w) not in self.cl_taps:
             self.cl_taps[h, w] = self.cl_rt.upload(self.taps((h, w)))
         padded, rows, phase_w = self._pad_planes(q, x, items)
-        plane, cin = rows * self.stride[1] * phase_w, self.in_channels
-        (ho, wo), pitch = out_hw, self.stride[0] * self.stride[1] * phase_w
+        plane, cin, (ho, wo) = rows * self.stride[1] * phase_w, self.in_channels, out_hw
+        if self.on_grid(wo):  # the padded grid as one row, its padding columns dropped (cl/gemm.cl)
+            blocks = (1, self.taps_row(out_hw, phase_w), 0, phase_w, wo)
+        else:  # output row by output row
+            blocks = (ho, wo, self.stride[0] * self.stride[1] * phase_w, wo, wo)
         self.gemm(q, self.out_channels // self.groups, ho * wo, k, groups=self.groups, items=items,
                   b=Matrix(padded, 0, group=cin // self.groups * plane, item=cin * plane),
-                  image=(self.cl_taps[h, w], ho, wo, pitch), **gemm)
+                  image=(self.cl_taps[h, w], *blocks), **gemm)
+
+    def on_grid(self, out_w: int) -> bool:
+        """Whether a taps variant's blocks run along the padded grid (stride 1, output rows shorter than the rule
+        wants for blocks along output rows: where rows are long, blocks along them store whole vectors only)."""
+        return self.stride == (1, 1) and out_w < TAPS_MIN_ROW
+
+    def taps_row(self, out_hw: tuple, phase_w: int) -> int:
+        """The columns a taps variant's blocks run along: on the padded grid its own, up to its last output pixel
+        (its rows phase_w apart), else an output row's."""
+        (ho, wo) = out_hw
+        return (ho - 1) * phase_w + wo if self.on_grid(wo) else wo
 
     def _cropped_opencl(self, in_hw: tuple):
         """cropped(in_hw) built on this layer's runtime, with its fused epilogue; None where nothing is cropped."""
@@ -393,11 +407,14 @@ class Conv2d(ConvLayer):
               sh, dh, dw)
 
     def gemm_dims(self, shapes) -> tuple:
-        """(m, n, stack, row) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and item,
-        and Wo for the taps variants (0 where they do not run: a 1x1 kernel reads no column matrix, and their
-        offsets into a group's padded input are 32-bit)."""
+        """(m, n, stack, row, grid) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and
+        item; the columns the taps variants' blocks run along (taps_row; 0 where they do not run: a 1x1 kernel
+        reads no column matrix, and their offsets into a group's padded input are 32-bit); whether those are the
+        padded grid's (on_grid)."""
         shape = shapes[0]
         ho, wo = self.output_shapes([shape])[0][-2:]
         rows, phase_w = self.padded_planes(shape[-2:])
         fits = not self.pointwise and self.in_channels // self.groups * rows * self.stride[1] * phase_w < 2 ** 31
-        return self.out_channels // self.groups, ho * wo, math.prod(shape[:-3]) * self.groups, wo if fits else 0
+        row = self.taps_row((ho, wo), phase_w) if fits else 0
+        items = math.prod(shape[:-3])
+        return self.out_channels // self.groups, ho * wo, items * self.groups, row, self.on_grid(wo)

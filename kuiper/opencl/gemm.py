@@ -74,9 +74,9 @@ PANEL = CPU_BLOCKS[0][0]
 #: made seven of them when the size followed each product's edges
 CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
 
-#: the rule runs a convolution's GEMM on its padded input (the "taps" variants) on CPUs where output rows hold this
-#: many pixels: a row is then cut into blocks with little overlap, and the column matrix is wide and costly to
-#: write and read back. Intel's runtime, 2 threads of a Zen 4, batch 8, ms, im2col + GEMM / pad_planes + taps:
+#: the rule runs a strided convolution's GEMM on its padded input (the "taps" variants) on CPUs where output rows
+#: hold this many pixels: a row is then cut into blocks with little overlap, and the column matrix is wide and
+#: costly to write and read back. Intel's runtime, 2 threads of a Zen 4, batch 8, ms, im2col + GEMM / pad_planes + taps:
 #: ResNet-18's 7x7 stride-2 stem (3 -> 64, 112 pixels a row) 4.8 + 14.5 / 0.6 + 11.1, MobileNet's 3x3 stride-2
 #: stem (3 -> 32, 112) 2.2 + 4.1 / 0.4 + 2.7; at 56 and 28 pixels a row it did not pay: ConvNeXt-T's 4x4
 #: stride-4 stem (57 with padding 2) 0.8-1.2 + 2.1-2.3 / 0.4-0.6 + 2.6-3.9, 64 -> 128 3x3 stride 2 at 56x56 (28)
@@ -87,6 +87,9 @@ TAPS_MIN_ROW = 64
 #: ResNet-18 b8 (kuiper run --repeat 10): Intel's runtime 133.2 -> 127.3 and 128.9 -> 126.0 ms, Debian PoCL 120.6
 #: -> 115.2
 TAPS_MIN_BLOCK = 16
+#: At stride 1 the blocks run along the padded grid, whatever the output rows' width: the rule takes taps wherever
+#: a TAPS_MIN_BLOCK block fits (Intel's runtime, 2 threads of a Zen 4, batch 1, 3x3, ms, taps / im2col + GEMM: 512
+#: channels at 7x7 1.54/1.73, 256 -> 256 at 7x7 0.44/0.56, 256 at 14x14 1.44/2.16)
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
 #: whose columns need more is processed in chunks of items
@@ -238,15 +241,17 @@ class Gemm:
                     kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
         return (tn // rn) * (tm // rm) <= limit
 
-    def rule(self, m: int, n: int, stack: int, row: int = 0) -> str:
+    def rule(self, m: int, n: int, stack: int, row: int = 0, grid: bool = False) -> str:
         """The variant for `stack` products (m, k) @ (k, n) by rule: on CPUs gemm_cpu with the widest block no
-        wider than n, or for a convolution whose output rows (`row` pixels, 0 where the taps variants cannot
-        run it) hold TAPS_MIN_ROW a taps variant (see TAPS_MIN_BLOCK); elsewhere gemm_gpu
+        wider than n, or for a convolution whose taps blocks run along rows of `row` columns (0 where the taps
+        variants cannot run it) a taps variant (see TAPS_MIN_BLOCK): at stride 1 (`grid`, the padded grid as one
+        row) from TAPS_MIN_BLOCK columns, else for output rows of TAPS_MIN_ROW pixels; elsewhere gemm_gpu
         with the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
-        if self.taps and row >= TAPS_MIN_ROW:  # the block that computes the fewest columns a row, the wider of two
+        if self.taps and row >= (TAPS_MIN_BLOCK if grid else TAPS_MIN_ROW):
+            # the block that computes the fewest columns a row, the wider of two
             widths = [block[0] for block in self.cpu_blocks if TAPS_MIN_BLOCK <= block[0] <= row]
             return cpu_name(min(widths, key=lambda width: (-(-row // width) * width, -width)), True)
         return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n))
@@ -276,8 +281,8 @@ class Gemm:
 
     def choices(self, dims, *files, other=None) -> Variants:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
-        dims(shapes) = (m, n, stack), or (m, n, stack, row) for a convolution whose output rows are `row` pixels
-        wide (see rule); `files` names its other kernel files, which its time depends on too.
+        dims(shapes) = (m, n, stack), or (m, n, stack, row, grid) for a convolution (see rule); `files` names its
+        other kernel files, which its time depends on too.
 
         other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), more candidates:
         its `variants`, built from its kernel `file`, of which the rule takes other.preferred(shapes) if any."""
@@ -291,7 +296,7 @@ class Gemm:
 
         def candidates(shapes):
             _, n, _, *row = dims(shapes)
-            return self.candidates(n, *row) + ([v.name for v in other.variants] if other else [])
+            return self.candidates(n, *row[:1]) + ([v.name for v in other.variants] if other else [])
         return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------

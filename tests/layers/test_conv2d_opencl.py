@@ -136,6 +136,10 @@ TAPS_CASES = {  # output rows of 35-38 pixels: blocks of 32 that slide back at a
                                input_shape=(1, 3, 8, 140)),
     "3x5 stride (2,3)": dict(in_channels=5, out_channels=7, kernel_size=(3, 5), stride=(2, 3), padding=(1, 2),
                              input_shape=(3, 5, 6, 105)),
+    # stride 1: the padded grid as one row, however short the output rows (7 here, 61 grid columns)
+    "3x3 at 7x7": dict(in_channels=16, out_channels=20, kernel_size=3, padding=1, input_shape=(2, 16, 7, 7)),
+    "1x7 at 7x7 nobias": dict(in_channels=8, out_channels=9, kernel_size=(1, 7), padding=(0, 3), bias=False,
+                              input_shape=(1, 8, 7, 7)),
 }
 
 
@@ -159,6 +163,10 @@ def test_the_rule_takes_taps_for_wide_rows_on_cpus(cl_runtime, monkeypatch):
     for width, expected in [(2 * kuiper.opencl.gemm.TAPS_MIN_ROW, f"cpu 6x{widest} taps"), (224, "cpu 6x16 taps"),
                             (70, f"cpu 6x{widest}")]:
         assert layer.variants.rule(((1, 3, 9, width),)) == expected
+    # at stride 1, short rows too: the padded grid of a 7x7 output, 61 columns (2 blocks of 32 or 4 of 16)
+    grid, _, _ = make_conv(RNG, **TAPS_CASES["3x3 at 7x7"])
+    grid.build_opencl(cl_runtime)
+    assert grid.variants.rule(((2, 16, 7, 7),)) == f"cpu 6x{widest} taps"
 
 
 def test_no_taps_variant_where_offsets_would_pass_32_bits_or_for_1x1():
@@ -173,8 +181,33 @@ def test_no_taps_variant_where_offsets_would_pass_32_bits_or_for_1x1():
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_the_taps_variant_runs_the_fused_epilogue(cl_runtime, tmp_path, activation):
-    # rows of 70 outputs: the residual is read at each block's own row and columns
-    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 5, 7, 70), activation)
+    # stride 1, short rows: a padded grid of 7 rows of 42 columns, 40 of them outputs, blocks across its rows;
+    # the residual is read where each output lies
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 5, 7, 40), activation)
     (layer,) = [op.layer.main for op in graph.order if op.type.startswith("nn.Conv2d")]
     layer.variants.fix([x.shape, x.shape], "cpu 6x32 taps")
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_taps_variant_runs_the_fused_epilogue_along_strided_rows(cl_runtime, tmp_path):
+    # stride 2: output rows of 70, blocks at 0, 32 and (slid back) 38 of each; the residual is a second input
+    text = """7767517
+7 6
+pnnx.Input               in0     0 1 x #x=(2,3,8,140)f32
+pnnx.Input               in1     0 1 r #r=(2,6,4,70)f32
+nn.Conv2d                c       1 1 x a in_channels=3 out_channels=6 kernel_size=(3,3) stride=(2,2) padding=(1,1) dilation=(1,1) groups=1 bias=True @weight=(6,3,3,3)f32 @bias=(6)f32 #a=(2,6,4,70)f32
+pnnx.Expression          add     2 1 a r s expr=add(@0,@1) #s=(2,6,4,70)f32
+nn.ReLU                  act     1 1 s t #t=(2,6,4,70)f32
+torch.flatten            flat    1 1 t y start_dim=1 end_dim=-1 #y=(2,1680)f32
+pnnx.Output              out     1 0 y
+"""
+    path = write_model(tmp_path, "strided", text, {"c.weight": RNG.standard_normal((6, 3, 3, 3)),
+                                                   "c.bias": RNG.standard_normal(6)})
+    x, r = RNG.standard_normal((2, 3, 8, 140), dtype=np.float32), RNG.standard_normal((2, 6, 4, 70), dtype=np.float32)
+    graph = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
+    (fused,) = [op.layer for op in graph.order if op.type.startswith("nn.Conv2d")]
+    assert fused.main.cl_epilogue.add is not None  # the sum runs in the GEMM's epilogue
+    fused.main.variants.fix([x.shape, r.shape], "cpu 6x32 taps")
+    expected = kuiper.load(path, backend="reference").forward(x, r)[0]
+    np.testing.assert_allclose(graph.forward(x, r)[0], expected, rtol=1e-4, atol=1e-4)
+    assert set(fused.main.variants.chosen.values()) == {"cpu 6x32 taps"}  # no other shape key came up

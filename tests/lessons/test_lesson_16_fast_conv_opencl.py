@@ -90,7 +90,8 @@ def reference_conv(x, w, b, stride, padding, dilation, groups):
 
 # (cin, cout, kernel, stride, padding, dilation, groups), the path forward_opencl takes, input size
 CONVS = {
-    "3x3": ((8, 16, 3, 1, 1, 1, 1), "winograd", (2, 8, 13, 11)),
+    "3x3": ((16, 16, 3, 1, 1, 1, 1), "winograd", (2, 16, 13, 11)),
+    "3x3 few channels": ((5, 7, 3, 1, 1, 1, 1), "taps", (2, 5, 9, 10)),  # too few for Winograd (MIN_CPU_CHANNELS)
     "3x3 stride2 dilated grouped": ((6, 9, 3, 2, 2, 2, 3), "im2col", (2, 6, 15, 12)),
     "7x7 stride2": ((3, 5, 7, 2, 3, 1, 1), "im2col", (1, 3, 17, 20)),
     "1x1": ((12, 7, 1, 1, 0, 1, 1), "pointwise", (3, 12, 5, 9)),
@@ -121,7 +122,7 @@ def conv_on_device(rt, case):
 def expected_kernels(path, rt, out_shape):
     if path == "winograd":  # input transform, GEMM, output transform on CPUs; a layer this small runs direct on GPUs
         return 3 if rt.is_cpu else 1
-    if path == "depthwise":  # on CPUs the input is padded first
+    if path in ("depthwise", "taps"):  # on CPUs the input is padded first
         return 2 if rt.is_cpu else 1
     if path == "im2col" and rt.is_cpu:  # im2col, then the GEMM; short rows: im2col_pixels in spans, then the rest
         if out_shape[-1] >= conv2d.IM2COL_ROW_WIDTH:
