@@ -18,12 +18,12 @@ On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/opencl/gemm.py) the same im2col
 group and batch item in one launch, the bias added by the GEMM. With a gemm_cpu variant (the rule's on
 CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (the rule's on GPUs) skip
 it, reading im2col's entries straight from the input (implicit im2col), and so do gemm_cpu's "taps" variants
-(the rule's on CPUs for wide output rows) from a padded copy of the input. The variant is chosen per input
-shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input, and depthwise
-convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too short for
-a GEMM to pay; on CPUs, so do grouped convolutions of few channels a group (ResNeXt, RegNet). A residual sum
-and an activation fused after the convolution (kuiper/layers/fused.py) run in the kernel's epilogue
-(`cl_epilogue`), as each output value is stored.
+(the rule's on CPUs for wide output rows and at stride 1) from a padded copy of the input. The variant is
+chosen per input shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input,
+and depthwise convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too
+short for a GEMM to pay; on CPUs, so do grouped convolutions of few channels a group (ResNeXt, RegNet). A
+residual sum and an activation fused after the convolution (kuiper/layers/fused.py) run in the kernel's
+epilogue (`cl_epilogue`), as each output value is stored.
 
 Both fast backends first drop the kernel rows and columns that read only padding at the input's size
 (`cropped`): DeepLab's atrous 3x3 branches on a small map are 1x1 convolutions in disguise.

@@ -22,10 +22,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from kuiper.opencl.devices import build_program
+from kuiper.opencl.devices import INTEL_CPU_PLATFORM, build_program
 
 #: the platforms whose drivers keep no build of their own
-UNCACHED_PLATFORMS = ("Intel(R) OpenCL",)
+UNCACHED_PLATFORMS = (INTEL_CPU_PLATFORM,)
 
 
 def folder(device) -> Path | None:

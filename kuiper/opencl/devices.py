@@ -212,6 +212,8 @@ def probe(device) -> str | None:
     return _PROBES[key]
 
 
+#: Intel's CPU runtime's platform name
+INTEL_CPU_PLATFORM = "Intel(R) OpenCL"
 #: Intel's CPU runtime predefines none of TARGET_MACROS: it compiles for the CPU it runs on, or for the target that
 #: CL_CONFIG_CPU_TARGET_ARCH names. The names its 2026.2 release takes (any other leaves the device unavailable),
 #: by the TARGET_MACROS features their code uses
@@ -223,7 +225,7 @@ def configured_target(device) -> frozenset | None:
     """The features a driver that names no target was told to compile for (Intel's runtime's
     CL_CONFIG_CPU_TARGET_ARCH), None where it was told nothing: it then compiles for this CPU."""
     arch = os.environ.get("CL_CONFIG_CPU_TARGET_ARCH")
-    if device.platform.name != "Intel(R) OpenCL" or not arch:
+    if device.platform.name != INTEL_CPU_PLATFORM or not arch:
         return None
     return INTEL_TARGET_ARCHS.get(arch)
 

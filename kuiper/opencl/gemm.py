@@ -84,12 +84,12 @@ CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
 TAPS_MIN_ROW = 64
 #: ... with the block of at least this many columns that computes the fewest a row (blocks slide back to end at
 #: the row's end, recomputing columns): ResNet-18's stem, rows of 112, 7 blocks of 16 rather than 4 of 32. A/B x3-4,
-#: ResNet-18 b8 (kuiper run --repeat 10): Intel's runtime 133.2 -> 127.3 and 128.9 -> 126.0 ms, Debian PoCL 120.6
-#: -> 115.2
-TAPS_MIN_BLOCK = 16
-#: At stride 1 the blocks run along the padded grid, whatever the output rows' width: the rule takes taps wherever
-#: a TAPS_MIN_BLOCK block fits (Intel's runtime, 2 threads of a Zen 4, batch 1, 3x3, ms, taps / im2col + GEMM: 512
+#: ResNet-18 b8 (kuiper run --repeat 10, 2 threads of a Zen 4): Intel's runtime 133.2 -> 127.3 and 128.9 -> 126.0
+#: ms, Debian PoCL 120.6 -> 115.2
+#: At stride 1 with shorter rows the blocks run along the padded grid (Conv2d.on_grid), and the rule takes taps
+#: wherever such a block fits (Intel's runtime, 2 threads of a Zen 4, batch 1, 3x3, ms, taps / im2col + GEMM: 512
 #: channels at 7x7 1.54/1.73, 256 -> 256 at 7x7 0.44/0.56, 256 at 14x14 1.44/2.16)
+TAPS_MIN_BLOCK = 16
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
 #: whose columns need more is processed in chunks of items
@@ -199,7 +199,7 @@ class Gemm:
     With a convolution's `kernel_size` (kh, kw), the GPU variants are built for implicit im2col (the set
     `implicit`): B is then the stack of input images and each call passes the convolution's `image` geometry.
     The CPU blocks come a second time as "cpu 6xNB taps" (the set `taps`): B is then the stack of padded
-    inputs (pad_planes') and `image` is (the taps table, out_h, out_w, the padded input's floats per output row).
+    inputs (pad_planes') and `image` the taps kernel's own arguments (see __call__).
     Every kernel applies `epilogue` (a KernelEpilogue) to what it stores."""
 
     def __init__(self, rt, variant: str | None = None, kernel_size: tuple | None = None,
@@ -323,7 +323,8 @@ class Gemm:
         bias: a buffer of groups x m values (ROW_BIAS) or groups x n values (COLUMN_BIAS).
         image: for a variant in `implicit`, the geometry of the convolution whose im2col B stands for: (height,
         width, out_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w); for one in `taps`, (the taps
-        table, out_h, out_w, row pitch): see cl/gemm.cl.
+        table, rows of blocks, columns a row, the padded input's floats from one row to the next, grid_pitch,
+        grid_w): see cl/gemm.cl and Conv2d._taps_opencl.
         variant: one of `variants` (a layer's choice for its input shape); None: the rule's for this product.
         epilogue: the (residual, act_a, act_b) of this Gemm's epilogue for this call (KernelEpilogue.args)."""
         stack = items * groups
@@ -335,7 +336,7 @@ class Gemm:
         return variant(q, m, n, stack, args, image)
 
     def _cpu_launch(self, width: int, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
-        # a taps variant's blocks: those of each output row (image[1] rows of image[2] pixels)
+        # a taps variant's blocks: those of each row (image[1] rows of image[2] columns)
         blocks = (image[1] * -(-image[2] // width) if image else -(-n // width), -(-m // CPU_ROWS))
         local = self._cpu_group(*blocks, stack)
         return q.run(kernel, (round_up(blocks[0], local[0]), round_up(blocks[1], local[1]), stack), (*local, 1),
