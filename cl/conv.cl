@@ -151,20 +151,21 @@ inline void store_block(__global store_t* y, float8 v, long at, int count, EPILO
     }
 }
 
-// `padded`: the input planes with their padding (pad_planes), padded_h rows of SW phases of phase_w columns:
-// column c of the padded row is element c / SW of phase c % SW, so that the lanes of a tap, SW columns apart,
-// are consecutive. The phases reach past the last block of DW pixels: lanes past out_w read zeros.
+// `padded`: the input planes with their padding (pad_planes, one row phase), SW column phases of padded_h rows
+// of phase_w columns: column c of a padded row is element c / SW of phase c % SW, so that the lanes of a tap,
+// SW columns apart, are consecutive. The phases reach past the last block of DW pixels: lanes past out_w read
+// zeros.
 __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global const store_t* restrict padded,
                              __global const store_t* restrict weight, __global const store_t* restrict bias,
                              const int has_bias, EPILOGUE_ARGS, const int channels, const int multiplier,
                              const int padded_h, const int phase_w, const int out_h, const int out_w,
                              const int stride_h, const int dilation_h, const int dilation_w) {
-    const int padded_w = SW * phase_w;
+    const long phase = (long)padded_h * phase_w;  // one column phase to the next
     const int oy = get_global_id(0);
     const long plane = get_global_id(1);
     if (oy >= out_h) return;
     const int o = plane % channels;
-    const __global store_t* in = padded + (plane / multiplier * padded_h + oy * stride_h) * padded_w;
+    const __global store_t* in = padded + plane / multiplier * SW * phase + oy * stride_h * phase_w;
     float taps[KH * KW];  // the row's weights, in registers for all its blocks
     #pragma unroll
     for (int t = 0; t < KH * KW; ++t) taps[t] = LOAD(weight, o * KH * KW + t);
@@ -180,7 +181,7 @@ __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global co
             #pragma unroll
             for (int j = 0; j < KW; ++j) {
                 const int shift = j * dilation_w;  // lane l reads padded column (ox + l) * SW + shift
-                const __global store_t* r = in + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
+                const __global store_t* r = in + i * dilation_h * phase_w + shift % SW * phase + ox + shift / SW;
                 row_sums[i] += taps[i * KW + j] * LOAD8(r, 0);
             }
         }
@@ -202,13 +203,13 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
                            const int has_bias, EPILOGUE_ARGS, const int channels, const int cout_g, const int cin_g,
                            const int padded_h, const int phase_w, const int out_h, const int out_w,
                            const int stride_h, const int dilation_h, const int dilation_w) {
-    const int padded_w = SW * phase_w;
+    const long phase = (long)padded_h * phase_w;  // one column phase to the next
     const int oy = get_global_id(0);
     const int blocks = channels / OB, item = get_global_id(1) / blocks, o = get_global_id(1) % blocks * OB;
     if (oy >= out_h) return;
     // the group's first input plane, and the block's first weight
-    const __global store_t* in = padded + (((long)item * (channels / cout_g) + o / cout_g) * cin_g * padded_h
-                                           + oy * stride_h) * padded_w;
+    const __global store_t* in = padded + ((long)item * (channels / cout_g) + o / cout_g) * cin_g * SW * phase
+                                 + oy * stride_h * phase_w;
     const __global store_t* w = weight + (long)o * cin_g * KH * KW;
     const long first = ((long)item * channels + o) * out_h * out_w + oy * out_w;
     for (int ox = 0; ox < out_w; ox += DW) {
@@ -216,13 +217,13 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
         #pragma unroll
         for (int k = 0; k < OB; ++k) acc[k] = has_bias ? LOAD(bias, o + k) : 0.0f;
         for (int c = 0; c < cin_g; ++c) {
-            const __global store_t* in_c = in + (long)c * padded_h * padded_w;
+            const __global store_t* in_c = in + c * SW * phase;
             #pragma unroll
             for (int i = 0; i < KH; ++i) {
                 #pragma unroll
                 for (int j = 0; j < KW; ++j) {
                     const int shift = j * dilation_w;
-                    const __global store_t* r = in_c + i * dilation_h * padded_w + shift % SW * phase_w + ox + shift / SW;
+                    const __global store_t* r = in_c + i * dilation_h * phase_w + shift % SW * phase + ox + shift / SW;
                     const float8 pixels = LOAD8(r, 0);
                     #pragma unroll
                     for (int k = 0; k < OB; ++k) acc[k] += LOAD(w, (k * cin_g + c) * KH * KW + i * KW + j) * pixels;
@@ -238,11 +239,16 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
 #endif
 #endif
 
-// ---- pad_planes: planes with zeros around them, their columns split into phases, for *_rows above ---------
+// ---- pad_planes: planes with zeros around them, split into the stride's phases, for *_rows above ----------
 // (and for cl/gemm.cl's gemm_cpu built with TAPS, which reads a convolution's im2col entries from it)
-// Work-item (r, z) writes row r of padded plane z: SW runs of phase_w values, run p holding padded columns p,
-// p + SW, p + 2 * SW...; padded column c is the input's column c - left of row r - top, or 0 outside the input.
-// Global size (padded_h, planes). Built with the rows kernel's options: the stride a constant here too.
+// Padded row r is row r / row_phases of row phase r % row_phases, and its column c element c / SW of column
+// phase c % SW: a plane of the copy is row_phases x SW phase planes, each `rows` = padded_h / row_phases
+// (rounded up) rows of phase_w columns. In one phase plane a strided convolution reads like one at stride 1:
+// the lanes of a tap, SW columns apart in the input, are consecutive, and so, with row_phases = the stride,
+// are an output row's rows (gemm_cpu's padded grid). The rows kernels pass row_phases = 1 and step rows
+// themselves. Padded column c is the input's column c - left of row r - top, or 0 outside the input.
+// Work-item (r, z) writes padded row r of plane z. Global size (padded_h, planes). Built with the rows kernel's
+// options: the column stride a constant here too.
 // The loop runs over phase columns k, writing column k of every phase from SW consecutive inputs: one wide
 // load split into the phases. A loop per phase, each reading every SW-th input, did not vectorize at SW = 2
 // (256 planes of 112 x 112, Debian PoCL on a Zen 4: 1.6 ms, 5x the copy at SW = 1).
@@ -254,11 +260,13 @@ inline float padded_at(const __global store_t* in, bool inside, int c, int left,
 
 __kernel OWN_LANES void pad_planes(__global store_t* restrict padded, __global const store_t* restrict x,
                                    const int height, const int width, const int padded_h, const int phase_w,
-                                   const int top, const int left) {
+                                   const int top, const int left, const int row_phases) {
     const int r = get_global_id(0);
     const long z = get_global_id(1);
     if (r >= padded_h) return;
-    __global store_t* out = padded + (z * padded_h + r) * SW * phase_w;
+    const int rows = (padded_h + row_phases - 1) / row_phases;
+    const long phase = (long)rows * phase_w;  // from one column phase's plane to the next
+    __global store_t* out = padded + ((z * row_phases + r % row_phases) * SW * rows + r / row_phases) * phase_w;
     const int row = r - top;
     const bool inside = row >= 0 && row < height;
     const __global store_t* in = x + (z * height + (inside ? row : 0)) * width - left;  // in[c]: padded column c
@@ -267,12 +275,12 @@ __kernel OWN_LANES void pad_planes(__global store_t* restrict padded, __global c
     hi = hi < phase_w ? hi : phase_w;
     const int lo = (left + SW - 1) / SW < hi ? (left + SW - 1) / SW : hi;
     for (int k = 0; k < lo; ++k)
-        for (int p = 0; p < SW; ++p) STORE(out, p * phase_w + k, padded_at(in, inside, k * SW + p, left, width));
+        for (int p = 0; p < SW; ++p) STORE(out, p * phase + k, padded_at(in, inside, k * SW + p, left, width));
     for (int k = lo; k < hi; ++k) {
         #pragma unroll
-        for (int p = 0; p < SW; ++p) STORE(out, p * phase_w + k, LOAD(in, k * SW + p));
+        for (int p = 0; p < SW; ++p) STORE(out, p * phase + k, LOAD(in, k * SW + p));
     }
     for (int k = hi; k < phase_w; ++k)
-        for (int p = 0; p < SW; ++p) STORE(out, p * phase_w + k, padded_at(in, inside, k * SW + p, left, width));
+        for (int p = 0; p < SW; ++p) STORE(out, p * phase + k, padded_at(in, inside, k * SW + p, left, width));
 }
 #endif

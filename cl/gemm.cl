@@ -40,13 +40,14 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 // Edges: rows past M load row M - 1 and are not stored; a column block past N slides left to end at N
 // (the host guarantees N >= NV * VN) and stores only the columns the block before it did not.
 //
-// With TAPS defined, B is a convolution's input as cl/conv.cl's pad_planes lays it out (padding written out, each
-// row's columns split into the stride's phases) and the blocks run along output rows, out_w >= NB pixels each:
-// work-item bx takes block bx % row_blocks of output row oy = bx / row_blocks (the last one slides left as above),
-// and im2col's row k for it is the NB floats at B + taps[k] + oy * row_pitch + n0, consecutive at any stride.
-// At stride 1 the host may instead pass the padded grid as one long row (out_h 1): its rows grid_pitch floats
-// apart (the padded row), of which the first grid_w (the output row) are stored; short output rows then need no
-// block of their own, and the columns on the padding are computed and dropped. Otherwise grid_pitch = grid_w.
+// With TAPS defined, B is a convolution's input as cl/conv.cl's pad_planes lays it out: padding written out, rows
+// and columns split into the stride's phases, so that in each phase plane the layer reads as at stride 1. The
+// blocks run along output rows, out_w >= NB pixels each: work-item bx takes block bx % row_blocks of output row
+// oy = bx / row_blocks (the last one slides left as above), and im2col's row k for it is the NB floats at
+// B + taps[k] + oy * row_pitch + n0. Or the host passes a phase plane's padded grid as one long row (out_h 1):
+// its rows grid_pitch floats apart (the padded row), of which the first grid_w (the output row) are stored;
+// short output rows then need no block of their own, and the columns on the padding are computed and dropped.
+// Otherwise grid_pitch = grid_w.
 //
 // The inner loop calls no built-in function: PoCL links its built-ins after optimizing, so each fma() or
 // vload16() there stays a call that spills every accumulator. Operators (`acc += a * b`, contracted to an

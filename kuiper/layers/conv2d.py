@@ -18,7 +18,7 @@ On OpenCL (cl/conv.cl, cl/gemm.cl through kuiper/opencl/gemm.py) the same im2col
 group and batch item in one launch, the bias added by the GEMM. With a gemm_cpu variant (the rule's on
 CPUs) im2col writes the column matrix and the GEMM reads it; gemm_gpu variants (the rule's on GPUs) skip
 it, reading im2col's entries straight from the input (implicit im2col), and so do gemm_cpu's "taps" variants
-(the rule's on CPUs for wide output rows and at stride 1) from a padded copy of the input. The variant is
+(the rule's on CPUs) from a padded copy of the input, split into the stride's phases. The variant is
 chosen per input shape (kuiper/opencl/tuning.py). 1x1 stride-1 unpadded kernels are a plain GEMM on the input,
 and depthwise convolution (one input channel per group) has a direct kernel of its own: its K = kh*kw is too
 short for a GEMM to pay; on CPUs, so do grouped convolutions of few channels a group (ResNeXt, RegNet). A
@@ -37,7 +37,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, TAPS_MIN_ROW, Columns, Gemm, Matrix, Scratch
+from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Columns, Gemm, Matrix, Scratch
 from kuiper.opencl.winograd import WinogradConv, applies as winograd_applies
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
@@ -54,6 +54,10 @@ GROUPED_BLOCKS = (8, 4)
 #: launched in whole spans of IM2COL_PIXEL_SPAN): cl/conv.cl has the crossover, 20 to 24 pixels on PoCL, Zen 4
 IM2COL_ROW_WIDTH = 24
 IM2COL_PIXEL_SPAN = 16
+#: the taps variants' blocks run along output rows from this width on, below it along the padded grid
+#: (Conv2d.on_grid). Either way did as well at ResNet-18's stem (112) and a 3x3 stride-2 layer at 147x147
+#: (73), within this VM's noise (Intel's runtime, 2 threads of a Zen 4)
+TAPS_MIN_ROW = 64
 
 
 def batched(array: np.ndarray) -> np.ndarray:
@@ -331,13 +335,25 @@ class Conv2d(ConvLayer):
         (sh, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
         return (ho - 1) * sh + (kh - 1) * dh + 1, round_up(wo, block) + (kw - 1) * dw // sw
 
+    def phase_planes(self, in_hw: tuple, block: int = 1, row_phases: int = 1) -> tuple:
+        """(rows, columns) of each phase plane of pad_planes' copy of one input plane of size in_hw, its rows
+        split into row_phases (the taps variants: the row stride) and its columns into the column stride's, and
+        the floats of the whole padded plane."""
+        rows, phase_w = self.padded_planes(in_hw, block)
+        rows = -(-rows // row_phases)
+        return rows, phase_w, row_phases * self.stride[1] * rows * phase_w
+
     def taps(self, in_hw: tuple) -> np.ndarray:
         """For each row (c, i, j) of a group's im2col matrix, where its entry for output pixel (0, 0) lies in the
-        group's pad_planes copy: the entry for pixel (oy, ox) is row pitch * oy + ox further on (cl/gemm.cl)."""
-        (_, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
-        rows, phase_w = self.padded_planes(in_hw)
+        group's pad_planes copy: tap (i, j) reads padded row i * dh of channel c, which is in row phase i * dh % sh,
+        and column j * dw, in column phase j * dw % sw. Within that phase plane output pixel (oy, ox) reads oy
+        rows and ox columns further on, as at stride 1 (cl/gemm.cl)."""
+        (sh, sw), (dh, dw), (kh, kw) = self.stride, self.dilation, self.kernel_size
+        rows, phase_w, _ = self.phase_planes(in_hw, row_phases=sh)
         c, i, j = np.indices((self.in_channels // self.groups, kh, kw)).reshape(3, -1)
-        return (((c * rows + i * dh) * sw + j * dw % sw) * phase_w + j * dw // sw).astype(np.int32)
+        row, column = i * dh, j * dw
+        phase = (c * sh + row % sh) * sw + column % sw
+        return ((phase * rows + row // sh) * phase_w + column // sw).astype(np.int32)
 
     def _taps_opencl(self, q, x, out_hw: tuple, k: int, items: int, **gemm) -> None:
         """pad_planes, then the GEMM of a taps variant on the padded input: `gemm` holds the call's C, A, variant
@@ -348,20 +364,21 @@ class Conv2d(ConvLayer):
             self.cl_pad = self.cl_rt.kernel("conv.cl", "pad_planes", options)
         if (h, w) not in self.cl_taps:
             self.cl_taps[h, w] = self.cl_rt.upload(self.taps((h, w)))
-        padded, rows, phase_w = self._pad_planes(q, x, items)
-        plane, cin, (ho, wo) = rows * self.stride[1] * phase_w, self.in_channels, out_hw
+        padded, _, phase_w = self._pad_planes(q, x, items, row_phases=self.stride[0])
+        plane, cin, (ho, wo) = self.phase_planes((h, w), row_phases=self.stride[0])[2], self.in_channels, out_hw
         if self.on_grid(wo):  # the padded grid as one row, its padding columns dropped (cl/gemm.cl)
             blocks = (1, self.taps_row(out_hw, phase_w), 0, phase_w, wo)
         else:  # output row by output row
-            blocks = (ho, wo, self.stride[0] * self.stride[1] * phase_w, wo, wo)
+            blocks = (ho, wo, phase_w, wo, wo)
         self.gemm(q, self.out_channels // self.groups, ho * wo, k, groups=self.groups, items=items,
                   b=Matrix(padded, 0, group=cin // self.groups * plane, item=cin * plane),
                   image=(self.cl_taps[h, w], *blocks), **gemm)
 
     def on_grid(self, out_w: int) -> bool:
-        """Whether a taps variant's blocks run along the padded grid (stride 1, output rows shorter than the rule
-        wants for blocks along output rows: where rows are long, blocks along them store whole vectors only)."""
-        return self.stride == (1, 1) and out_w < TAPS_MIN_ROW
+        """Whether a taps variant's blocks run along the padded grid of a phase plane, rows and all, rather than
+        along output rows: for rows shorter than TAPS_MIN_ROW, where blocks along each row would recompute many of
+        its columns. Along long rows they store whole vectors only."""
+        return out_w < TAPS_MIN_ROW
 
     def taps_row(self, out_hw: tuple, phase_w: int) -> int:
         """The columns a taps variant's blocks run along: on the padded grid its own, up to its last output pixel
@@ -377,13 +394,16 @@ class Conv2d(ConvLayer):
             layer.build_opencl(self.cl_rt)
         return layer
 
-    def _pad_planes(self, q, x, items: int, block: int = 1) -> tuple:
-        """Enqueue pad_planes on input x into cl_padded: returns it, its rows and its columns a phase."""
+    def _pad_planes(self, q, x, items: int, block: int = 1, row_phases: int = 1) -> tuple:
+        """Enqueue pad_planes on input x into cl_padded, its rows split into row_phases: returns it, and the rows
+        and columns of a phase plane."""
         (h, w), (top, _), (left, _) = x.shape[-2:], *self.pads
         rows, phase_w = self.padded_planes((h, w), block)
-        padded = self.cl_padded.fit(4 * items * self.in_channels * rows * self.stride[1] * phase_w)
-        q.run(self.cl_pad, (rows, items * self.in_channels), None, padded, x.buffer, h, w, rows, phase_w, top, left)
-        return padded, rows, phase_w
+        phase_rows, _, plane = self.phase_planes((h, w), block, row_phases)
+        padded = self.cl_padded.fit(4 * items * self.in_channels * plane)
+        q.run(self.cl_pad, (rows, items * self.in_channels), None, padded, x.buffer, h, w, rows, phase_w, top, left,
+              row_phases)
+        return padded, phase_rows, phase_w
 
     def _direct_opencl(self, q, inputs, y, items: int) -> None:
         """The direct kernels: depthwise_conv2d (GPUs), or pad_planes then depthwise_rows or grouped_rows (CPUs)."""
@@ -407,14 +427,15 @@ class Conv2d(ConvLayer):
               sh, dh, dw)
 
     def gemm_dims(self, shapes) -> tuple:
-        """(m, n, stack, row, grid) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and
-        item; the columns the taps variants' blocks run along (taps_row; 0 where they do not run: a 1x1 kernel
-        reads no column matrix, and their offsets into a group's padded input are 32-bit); whether those are the
-        padded grid's (on_grid)."""
+        """(m, n, stack, row) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and item;
+        the columns the taps variants' blocks run along (taps_row), or 0 where they do not apply: where the
+        kernel's windows do not overlap (a 1x1 kernel, ViT's 16x16 patches at stride 16), the column matrix is no
+        bigger than the input, nothing to save; and where their offsets into a group's padded input would pass
+        32 bits."""
         shape = shapes[0]
         ho, wo = self.output_shapes([shape])[0][-2:]
-        rows, phase_w = self.padded_planes(shape[-2:])
-        fits = not self.pointwise and self.in_channels // self.groups * rows * self.stride[1] * phase_w < 2 ** 31
-        row = self.taps_row((ho, wo), phase_w) if fits else 0
+        _, phase_w, plane = self.phase_planes(shape[-2:], row_phases=self.stride[0])
+        overlap = math.prod(self.kernel_size) > math.prod(self.stride)
+        row = self.taps_row((ho, wo), phase_w) if overlap and self.in_channels // self.groups * plane < 2 ** 31 else 0
         items = math.prod(shape[:-3])
-        return self.out_channels // self.groups, ho * wo, items * self.groups, row, self.on_grid(wo)
+        return self.out_channels // self.groups, ho * wo, items * self.groups, row

@@ -14,10 +14,10 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   cache, and walk down the rows of A. The rule gives CPUs (`rt.is_cpu`) the widest block the product fills
   among those the compiler's vector registers hold (`Gemm.cpu_blocks`).
 * "cpu 6xNB taps", for a convolution on CPUs, runs `gemm_cpu` on the input itself: cl/conv.cl's pad_planes
-  first writes the input with its padding and its columns split by the stride, where every row of im2col's
-  matrix that one block of an output row reads is NB consecutive floats at an offset of its own (the `taps`
-  table), so no column matrix is written and read back. The rule takes it for output rows of TAPS_MIN_ROW
-  pixels or more.
+  first writes the input with its padding and its rows and columns split by the stride, where every row of
+  im2col's matrix that one block of outputs reads is NB consecutive floats at an offset of its own (the `taps`
+  table), so no column matrix is written and read back. The rule takes it wherever a block of TAPS_MIN_BLOCK
+  fits and the kernel's windows overlap.
 * "gpu TMxTN" runs `gemm_gpu`: tiles staged in local memory with register blocking, within the kernel's
   and the device's largest work-group. For a convolution it reads B as implicit im2col straight from the
   input images (`Gemm(..., kernel_size)`): on a GPU, writing and reading back the column matrix took a
@@ -74,21 +74,16 @@ PANEL = CPU_BLOCKS[0][0]
 #: made seven of them when the size followed each product's edges
 CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
 
-#: the rule runs a strided convolution's GEMM on its padded input (the "taps" variants) on CPUs where output rows
-#: hold this many pixels: a row is then cut into blocks with little overlap, and the column matrix is wide and
-#: costly to write and read back. Intel's runtime, 2 threads of a Zen 4, batch 8, ms, im2col + GEMM / pad_planes + taps:
-#: ResNet-18's 7x7 stride-2 stem (3 -> 64, 112 pixels a row) 4.8 + 14.5 / 0.6 + 11.1, MobileNet's 3x3 stride-2
-#: stem (3 -> 32, 112) 2.2 + 4.1 / 0.4 + 2.7; at 56 and 28 pixels a row it did not pay: ConvNeXt-T's 4x4
-#: stride-4 stem (57 with padding 2) 0.8-1.2 + 2.1-2.3 / 0.4-0.6 + 2.6-3.9, 64 -> 128 3x3 stride 2 at 56x56 (28)
-#: 2.4 + 5.1 / 0.6 + 6.9
-TAPS_MIN_ROW = 64
-#: ... with the block of at least this many columns that computes the fewest a row (blocks slide back to end at
-#: the row's end, recomputing columns): ResNet-18's stem, rows of 112, 7 blocks of 16 rather than 4 of 32. A/B x3-4,
-#: ResNet-18 b8 (kuiper run --repeat 10, 2 threads of a Zen 4): Intel's runtime 133.2 -> 127.3 and 128.9 -> 126.0
-#: ms, Debian PoCL 120.6 -> 115.2
-#: At stride 1 with shorter rows the blocks run along the padded grid (Conv2d.on_grid), and the rule takes taps
-#: wherever such a block fits (Intel's runtime, 2 threads of a Zen 4, batch 1, 3x3, ms, taps / im2col + GEMM: 512
-#: channels at 7x7 1.54/1.73, 256 -> 256 at 7x7 0.44/0.56, 256 at 14x14 1.44/2.16)
+#: the rule runs a convolution's GEMM on its padded input (the "taps" variants) on CPUs wherever a block of this
+#: many columns fits along the rows its blocks run on (Conv2d.taps_row: an output row, or a phase plane's padded
+#: grid), with the block of at least this many columns that computes the fewest a row (blocks slide back to end at
+#: the row's end, recomputing columns): ResNet-18's stem, rows of 112, 7 blocks of 16 rather than 4 of 32. The
+#: column matrix is then neither written nor read back. Intel's runtime, 2 threads of a Zen 4, ms, im2col + GEMM /
+#: pad_planes + taps: batch 8, ResNet-18's 7x7 stride-2 stem 4.8 + 14.5 / 0.6 + 11.1, MobileNet's 3x3 stride-2
+#: stem 2.2 + 4.1 / 0.4 + 2.7; along the padded grid, batch 1, 3x3: 512 channels at 7x7 1.73/1.54, 256 at 14x14
+#: 2.16/1.44; batch 8, ResNet-18's 3x3 stride-2 layers (64 -> 128 at 56x56, 128 -> 256 at 28x28, 256 -> 512 at
+#: 14x14) 7.3/6.3, 7.1/5.8, 7.7/6.4. Block rule A/B x3-4, ResNet-18 b8 (kuiper run --repeat 10): Intel's runtime
+#: 133.2 -> 127.3 and 128.9 -> 126.0 ms, Debian PoCL 120.6 -> 115.2
 TAPS_MIN_BLOCK = 16
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
@@ -241,16 +236,15 @@ class Gemm:
                     kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
         return (tn // rn) * (tm // rm) <= limit
 
-    def rule(self, m: int, n: int, stack: int, row: int = 0, grid: bool = False) -> str:
+    def rule(self, m: int, n: int, stack: int, row: int = 0) -> str:
         """The variant for `stack` products (m, k) @ (k, n) by rule: on CPUs gemm_cpu with the widest block no
         wider than n, or for a convolution whose taps blocks run along rows of `row` columns (0 where the taps
-        variants cannot run it) a taps variant (see TAPS_MIN_BLOCK): at stride 1 (`grid`, the padded grid as one
-        row) from TAPS_MIN_BLOCK columns, else for output rows of TAPS_MIN_ROW pixels; elsewhere gemm_gpu
-        with the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
+        variants do not apply) a taps variant from TAPS_MIN_BLOCK columns (see there); elsewhere gemm_gpu with
+        the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
-        if self.taps and row >= (TAPS_MIN_BLOCK if grid else TAPS_MIN_ROW):
+        if self.taps and row >= TAPS_MIN_BLOCK:
             # the block that computes the fewest columns a row, the wider of two
             widths = [block[0] for block in self.cpu_blocks if TAPS_MIN_BLOCK <= block[0] <= row]
             return cpu_name(min(widths, key=lambda width: (-(-row // width) * width, -width)), True)
@@ -281,7 +275,7 @@ class Gemm:
 
     def choices(self, dims, *files, other=None) -> Variants:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
-        dims(shapes) = (m, n, stack), or (m, n, stack, row, grid) for a convolution (see rule); `files` names its
+        dims(shapes) = (m, n, stack), or (m, n, stack, row) for a convolution (see rule); `files` names its
         other kernel files, which its time depends on too.
 
         other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), more candidates:

@@ -127,16 +127,19 @@ def test_padded_phases_of_the_rows_kernels(cl_runtime, monkeypatch, stride, padd
                input_shape=(2, 3, 5, width)), cl_runtime)
 
 
-TAPS_CASES = {  # output rows of 35-38 pixels: blocks of 32 that slide back at a row's end, 16, 4 and 1
+TAPS_CASES = {  # blocks of 32 that slide back at a row's end, 16, 4 and 1: along the padded grid of a phase plane
     "7x7 stride2 pad3": dict(in_channels=3, out_channels=8, kernel_size=7, stride=2, padding=3,
                              input_shape=(2, 3, 9, 70)),
     "dilated grouped": dict(in_channels=4, out_channels=6, kernel_size=3, padding=1, dilation=2, groups=2,
                             input_shape=(1, 4, 9, 40)),
-    "4x4 stride4 nobias": dict(in_channels=3, out_channels=13, kernel_size=4, stride=4, bias=False,
-                               input_shape=(1, 3, 8, 140)),
+    "5x5 stride4 nobias": dict(in_channels=3, out_channels=13, kernel_size=5, stride=4, padding=1, bias=False,
+                               input_shape=(1, 3, 11, 140)),
     "3x5 stride (2,3)": dict(in_channels=5, out_channels=7, kernel_size=(3, 5), stride=(2, 3), padding=(1, 2),
                              input_shape=(3, 5, 6, 105)),
-    # stride 1: the padded grid as one row, however short the output rows (7 here, 61 grid columns)
+    # along output rows (of TAPS_MIN_ROW pixels or more): 70 here
+    "7x7 stride2 rows": dict(in_channels=3, out_channels=8, kernel_size=7, stride=2, padding=3,
+                             input_shape=(1, 3, 6, 140)),
+    # stride 1: however short the output rows (7 here, 61 grid columns)
     "3x3 at 7x7": dict(in_channels=16, out_channels=20, kernel_size=3, padding=1, input_shape=(2, 16, 7, 7)),
     "1x7 at 7x7 nobias": dict(in_channels=8, out_channels=9, kernel_size=(1, 7), padding=(0, 3), bias=False,
                               input_shape=(1, 8, 7, 7)),
@@ -153,30 +156,36 @@ def test_every_taps_variant_opencl(cl_runtime, name):
     assert {f"cpu 6x{width} taps" for width in (32, 16, 4, 1)} <= set(names)
 
 
-def test_the_rule_takes_taps_for_wide_rows_on_cpus(cl_runtime, monkeypatch):
+def test_the_rule_takes_taps_where_windows_overlap_on_cpus(cl_runtime, monkeypatch):
     monkeypatch.setattr(cl_runtime, "is_cpu", True)
     case = dict(TAPS_CASES["7x7 stride2 pad3"])
     layer, _, _ = make_conv(RNG, **case)
     layer.build_opencl(cl_runtime)
     widest = layer.gemm.cpu_blocks[0][0]
-    # output rows of 128 (whole blocks of 32), 112 (7 of 16, not 4 of 32) and 35 (im2col)
-    for width, expected in [(2 * kuiper.opencl.gemm.TAPS_MIN_ROW, f"cpu 6x{widest} taps"), (224, "cpu 6x16 taps"),
-                            (70, f"cpu 6x{widest}")]:
+    # output rows of 128 (whole blocks of 32), 112 (7 of 16, not 4 of 32); rows of 35 on the padded grid of a
+    # phase plane, 5 rows 38 apart: 187 columns, 6 blocks of 32 or 12 of 16
+    for width, expected in [(2 * kuiper.layers.conv2d.TAPS_MIN_ROW, f"cpu 6x{widest} taps"),
+                            (224, "cpu 6x16 taps"), (70, f"cpu 6x{widest} taps")]:
         assert layer.variants.rule(((1, 3, 9, width),)) == expected
-    # at stride 1, short rows too: the padded grid of a 7x7 output, 61 columns (2 blocks of 32 or 4 of 16)
+    # at stride 1 too: the padded grid of a 7x7 output, 61 columns (2 blocks of 32 or 4 of 16)
     grid, _, _ = make_conv(RNG, **TAPS_CASES["3x3 at 7x7"])
     grid.build_opencl(cl_runtime)
     assert grid.variants.rule(((2, 16, 7, 7),)) == f"cpu 6x{widest} taps"
+    # windows that do not overlap: the column matrix is no bigger than the input, so im2col
+    patches, _, _ = make_conv(RNG, in_channels=3, out_channels=8, kernel_size=4, stride=4)
+    patches.build_opencl(cl_runtime)
+    assert patches.variants.rule(((1, 3, 224, 224),)) == f"cpu 6x{widest}"
 
 
-def test_no_taps_variant_where_offsets_would_pass_32_bits_or_for_1x1():
+def test_no_taps_variant_where_offsets_would_pass_32_bits_or_windows_do_not_overlap():
     # the taps table holds 32-bit offsets into one group's padded input: 256 channels of 3000 x 3000 pass 2^31
     layer, _, _ = make_conv(RNG, **TAPS_CASES["7x7 stride2 pad3"])
-    assert layer.gemm_dims([(1, 3, 9, 70)])[3] == 35
+    assert layer.gemm_dims([(1, 3, 9, 70)])[3] == 4 * 38 + 35  # the grid: 5 rows of 35 outputs, 38 apart
     wide, _, _ = make_conv(RNG, in_channels=256, out_channels=8, kernel_size=3, padding=1)
     assert wide.gemm_dims([(1, 256, 3000, 3000)])[3] == 0
-    pointwise, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=1)
-    assert pointwise.gemm_dims([(1, 4, 9, 200)])[3] == 0  # the input is the GEMM's B already
+    for kernel_size, stride in [(1, 1), (1, 2), (16, 16)]:  # the input is the GEMM's B already; subsampled; ViT's
+        patches, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=kernel_size, stride=stride)
+        assert patches.gemm_dims([(1, 4, 32, 200)])[3] == 0
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)

@@ -92,8 +92,9 @@ def reference_conv(x, w, b, stride, padding, dilation, groups):
 CONVS = {
     "3x3": ((16, 16, 3, 1, 1, 1, 1), "winograd", (2, 16, 13, 11)),
     "3x3 few channels": ((5, 7, 3, 1, 1, 1, 1), "taps", (2, 5, 9, 10)),  # too few for Winograd (MIN_CPU_CHANNELS)
-    "3x3 stride2 dilated grouped": ((6, 9, 3, 2, 2, 2, 3), "im2col", (2, 6, 15, 12)),
-    "7x7 stride2": ((3, 5, 7, 2, 3, 1, 1), "im2col", (1, 3, 17, 20)),
+    "3x3 stride2 dilated grouped": ((6, 9, 3, 2, 2, 2, 3), "taps", (2, 6, 15, 12)),
+    "7x7 stride2": ((3, 5, 7, 2, 3, 1, 1), "taps", (1, 3, 17, 20)),
+    "7x7 stride2 small": ((3, 5, 7, 2, 3, 1, 1), "im2col", (1, 3, 5, 5)),  # a 3x3 output: a grid of 15 columns
     "1x1": ((12, 7, 1, 1, 0, 1, 1), "pointwise", (3, 12, 5, 9)),
     "1x1 grouped": ((12, 8, 1, 1, 0, 1, 4), "pointwise", (1, 12, 6, 6)),
     "1x1 stride2": ((12, 7, 1, 2, 0, 1, 1), "im2col", (1, 12, 9, 9)),
