@@ -12,8 +12,10 @@
 // storage precision: the transforms add numbers up to ~100x the inputs' size that cancel in the end, which
 // half would round away.
 //
-// Tile t is tile (ty, tx) of batch item t / (tiles_h * tiles_w); work-item (t, c) handles one channel of it,
-// so consecutive work-items read and write consecutive tiles: V and M are laid out (a*a, channels, tiles).
+// A launch covers the `tiles` tiles of a chunk of batch items from item `first` on (the host keeps a chunk's V and
+// M in the cache on CPUs). Tile t is tile (ty, tx) of item first + t / (tiles_h * tiles_w); work-item (t, c)
+// handles one channel of it, so consecutive work-items read and write consecutive tiles: V and M are laid out
+// (a*a, channels, tiles).
 // The _rows kernels below do the same for CPUs with four tiles a work-item, in the lanes of vectors.
 #include "epilogue.h"
 #include "lanes.h"
@@ -34,12 +36,12 @@
 
 __kernel OWN_LANES void winograd_input(__global float* restrict V, __global const store_t* restrict x, const int channels,
                              const int height, const int width, const int pad_h, const int pad_w,
-                             const int tiles_h, const int tiles_w, const int tiles) {
+                             const int tiles_h, const int tiles_w, const int tiles, const int first) {
     const int t = get_global_id(0), c = get_global_id(1);
     if (t >= tiles) return;
     const int per_item = tiles_h * tiles_w;
     const int top = t % per_item / tiles_w * WM - pad_h, left = t % tiles_w * WM - pad_w;
-    const __global store_t* plane = x + ((long)(t / per_item) * channels + c) * height * width;
+    const __global store_t* plane = x + ((long)(first + t / per_item) * channels + c) * height * width;
     const float bt[WA][WA] = {WINO_BT};
 
     float d[WA][WA];  // the tile, 0 in the padding
@@ -67,12 +69,12 @@ __kernel OWN_LANES void winograd_input(__global float* restrict V, __global cons
 __kernel void winograd_output(__global store_t* restrict y, __global const float* restrict M,
                               __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,
                               const int channels, const int out_h, const int out_w, const int tiles_h,
-                              const int tiles_w, const int tiles) {
+                              const int tiles_w, const int tiles, const int first) {
     const int t = get_global_id(0), o = get_global_id(1);
     if (t >= tiles) return;
     const int per_item = tiles_h * tiles_w;
     const int top = t % per_item / tiles_w * WM, left = t % tiles_w * WM;
-    const long plane = ((long)(t / per_item) * channels + o) * out_h * out_w;
+    const long plane = ((long)(first + t / per_item) * channels + o) * out_h * out_w;
     const float at[WM][WA] = {WINO_AT};
 
     float m[WA][WA];
@@ -134,12 +136,13 @@ inline void load_span(float* r, const __global store_t* plane, int y, int col0, 
 
 __kernel OWN_LANES void winograd_input_rows(__global float* restrict V, __global const store_t* restrict x,
                                   const int channels, const int height, const int width, const int pad_h,
-                                  const int pad_w, const int tiles_h, const int tiles_w, const int tiles) {
+                                  const int pad_w, const int tiles_h, const int tiles_w, const int tiles,
+                                  const int first) {
     int row, tx;
     tile_run(get_global_id(0), tiles_w, &row, &tx);
     const int c = get_global_id(1);
     const int top = row % tiles_h * WM - pad_h, col0 = tx * WM - pad_w;
-    const __global store_t* plane = x + ((long)(row / tiles_h) * channels + c) * height * width;
+    const __global store_t* plane = x + ((long)(first + row / tiles_h) * channels + c) * height * width;
     const float bt[WA][WA] = {WINO_BT};
 
     float4 d[WA][WA];  // d[i][j]: the four tiles' (i, j) entries
@@ -179,12 +182,12 @@ __kernel OWN_LANES void winograd_input_rows(__global float* restrict V, __global
 __kernel OWN_LANES void winograd_output_rows(__global store_t* restrict y, __global const float* restrict M,
                                    __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,
                                    const int channels, const int out_h, const int out_w, const int tiles_h,
-                                   const int tiles_w, const int tiles) {
+                                   const int tiles_w, const int tiles, const int first) {
     int row, tx;
     tile_run(get_global_id(0), tiles_w, &row, &tx);
     const int o = get_global_id(1);
     const int top = row % tiles_h * WM, left = tx * WM;
-    const long plane = ((long)(row / tiles_h) * channels + o) * out_h * out_w;
+    const long plane = ((long)(first + row / tiles_h) * channels + o) * out_h * out_w;
     const int t = row * tiles_w + tx, count = min(tiles_w - tx, RUN);
     const float at[WM][WA] = {WINO_AT};
 

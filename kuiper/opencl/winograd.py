@@ -3,7 +3,8 @@
 The method and its matrices are kuiper/winograd.py's. On OpenCL it runs in three launches: the input
 transform writes every tile's B^T d B, one stacked GEMM (kuiper/opencl/gemm.py) multiplies the transformed
 kernels into them for each of the 36 positions of a 6x6 tile, and the output transform turns each tile's 36
-sums into its 4x4 outputs, adding the bias and applying the layer's fused epilogue as it stores them.
+sums into its 4x4 outputs, adding the bias and applying the layer's fused epilogue as it stores them. On CPUs
+a large batch goes through them a chunk of items at a time (CHUNK_BYTES).
 
 The GEMM's operands are float at any storage precision (see cl/winograd.cl), so it runs on the runtime's fp32
 view. Where a direct convolution's GEMM has few columns (a 7x7 image: 49 per item), this one has one per tile
@@ -40,6 +41,16 @@ MIN_CPU_CHANNELS = 16
 GROUP_TILES = 64
 #: tiles a work-item of the rows variant transforms (RUN in cl/winograd.cl)
 RUN = 4
+#: on CPUs, the batch goes through the three launches a chunk of items at a time whose transformed tiles (V and
+#: M) hold about this many bytes, so that the GEMM and the output transform find them in the cache: unchunked,
+#: ResNet-18's first layers at batch 8 make 29 MB of them. Intel's runtime, 2 threads of a Zen 4 (32 MB of L3),
+#: batch 8, ms, one launch each / chunks: 64 channels at 56x56 10.5/7.4, 128 at 28x28 7.9/6.9; ResNet-18 b8 in one
+#: process, alternating, medians 129.6 -> 115.5 and 144.5 -> 131.1. Debian's PoCL and the PoCL wheel: no change
+#: beyond noise (136.6/138.6, 134.5/134.1)
+CHUNK_BYTES = 4 << 20
+#: ... but at least this many tiles a chunk: narrower GEMMs lose more than the cache saves (256 channels at 14x14,
+#: batch 8, in chunks of 64 tiles: 7.3 -> 8.0 ms; 512 at 7x7 in 28 and 4: 5.6 -> 7.9)
+MIN_CHUNK_TILES = 128
 
 
 def applies(layer) -> bool:
@@ -99,6 +110,13 @@ class WinogradConv:
         return (self.rt.kernel(self.file, f"winograd_input{kind}", options),
                 self.rt.kernel(self.file, f"winograd_output{kind}", options), bool(kind))
 
+    def chunk(self, items: int, per_item: int) -> int:
+        """Batch items a chunk on CPUs (see CHUNK_BYTES), the chunks as even as they can be."""
+        layer, positions = self.layer, self.method.a * self.method.a
+        fit = CHUNK_BYTES // (4 * positions * (layer.in_channels + layer.out_channels) * per_item)
+        fit = max(1, fit, -(-MIN_CHUNK_TILES // per_item))
+        return -(-items // -(-items // fit))
+
     def __call__(self, q, kernels: tuple, x, y, bias, epilogue: tuple) -> None:
         """Enqueue y = the convolution of x: device tensors (N, Cin, H, W) and (N, Cout, Ho, Wo), with one
         variant's kernels (build's)."""
@@ -109,19 +127,24 @@ class WinogradConv:
         (top, _), (left, _) = layer.pads
         tiles_h, tiles_w = method.tiles(ho, wo)
         items = x.size // (cin * h * w)
-        tiles = items * tiles_h * tiles_w
         positions = method.a * method.a
-        v = self.tiles_in.fit(4 * positions * cin * tiles)
-        m = self.tiles_out.fit(4 * positions * cout * tiles)
-        if rows:  # one work-item per run of tiles
-            local, width = None, items * tiles_h * -(-tiles_w // RUN)
-        else:
-            local = None if self.rt.is_cpu else GROUP_TILES
-            width = tiles if local is None else round_up(tiles, local)
-        q.run(input_kernel, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
-              tiles_w, tiles)
-        self.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
-                  a=Matrix(self.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles), groups=positions)
-        q.run(output_kernel, (width, cout), local and (local, 1), y.buffer, m,
-              x.buffer if bias is None else bias, int(bias is not None), *epilogue, cout, ho, wo, tiles_h, tiles_w,
-              tiles)
+        per_item = tiles_h * tiles_w
+        count = self.chunk(items, per_item) if self.rt.is_cpu else items  # GPUs: every tile in one launch
+        v = self.tiles_in.fit(4 * positions * cin * count * per_item)
+        m = self.tiles_out.fit(4 * positions * cout * count * per_item)
+        for first in range(0, items, count):
+            chunk = min(count, items - first)
+            tiles = chunk * per_item
+            if rows:  # one work-item per run of tiles
+                local, width = None, chunk * tiles_h * -(-tiles_w // RUN)
+            else:
+                local = None if self.rt.is_cpu else GROUP_TILES
+                width = tiles if local is None else round_up(tiles, local)
+            q.run(input_kernel, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
+                  tiles_w, tiles, first)
+            self.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
+                      a=Matrix(self.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles),
+                      groups=positions)
+            q.run(output_kernel, (width, cout), local and (local, 1), y.buffer, m,
+                  x.buffer if bias is None else bias, int(bias is not None), *epilogue, cout, ho, wo, tiles_h,
+                  tiles_w, tiles, first)

@@ -40,6 +40,25 @@ def test_winograd_matches_numpy(cl_runtime, cin, cout, padding, shape, bias):
         assert_opencl_matches_numpy(layer, cl_runtime, x, variant=variant)
 
 
+def test_winograd_in_chunks_of_items_matches_numpy(cl_runtime, monkeypatch, tmp_path):
+    # a chunk per item (the last of three a short one, by MIN_CHUNK_TILES), each launch finding its items' planes;
+    # through a fused residual sum, read where each output lies
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", 2 * 3 * 6)  # two items of 3 x 6 tiles
+    shape = (3, 4, 9, 21)
+    expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, shape, ACTIVATIONS[0])
+    conv = graph.order[1].layer.main
+    assert conv.winograd.chunk(3, 3 * 6) == 2
+    for variant in winograd_variants(cl_runtime):
+        conv.variants.use((shape, shape), variant)
+        np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4, err_msg=variant)
+    layer, _, _ = make_conv(RNG, in_channels=5, out_channels=6, kernel_size=3, padding=1, input_shape=(5, 5, 8, 8))
+    monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", 1)
+    for variant in winograd_variants(cl_runtime):
+        assert_opencl_matches_numpy(layer, cl_runtime, RNG.standard_normal((5, 5, 8, 8), dtype=np.float32),
+                                    variant=variant)
+
+
 @pytest.mark.parametrize("other", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=5)])
 def test_winograd_is_offered_only_for_3x3_stride1_convolutions(cl_runtime, other):
     case = dict(in_channels=4, out_channels=4, kernel_size=3, padding=2, input_shape=(1, 4, 9, 9))
