@@ -130,6 +130,16 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
     const int gy = n0 / grid_pitch, gx = n0 - gy * grid_pitch;
     const bool consecutive = gx + NB <= grid_w;  // the whole block on one output row
     const long first = (long)gy * grid_w + gx;
+    // else where each column goes: column n of the padded grid is output pixel (n / grid_pitch, n % grid_pitch),
+    // or -1 on the padding; found once for all the block's rows, stepping, with no division per column
+    int place[NB];
+    if (!consecutive) {
+        int y = gy, x = gx;
+        for (int c = 0; c < NB; ++c) {
+            place[c] = x < grid_w ? y * grid_w + x : -1;
+            if (++x == grid_pitch) x = 0, ++y;
+        }
+    }
 #else
     const bool consecutive = true;
     const long first = n0;
@@ -166,11 +176,10 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
 #endif
         for (int c = fresh; c < NB; ++c) {
             long to = at + c;
-#ifdef TAPS  // column n of the padded grid is output pixel (n / grid_pitch, n % grid_pitch), or padding
+#ifdef TAPS
             if (!consecutive) {
-                const int n = n0 + c, y = n / grid_pitch, x = n - y * grid_pitch;
-                if (x >= grid_w) continue;
-                to = (long)m * ldc + (long)y * grid_w + x;
+                if (place[c] < 0) continue;
+                to = (long)m * ldc + place[c];
             }
 #endif
             const float v = row.s[c] + bias_of(bias, bias_mode, g, m, n0 + c, M, N);

@@ -76,8 +76,10 @@ CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
 
 #: the rule runs a convolution's GEMM on its padded input (the "taps" variants) on CPUs wherever a block of this
 #: many columns fits along the rows its blocks run on (Conv2d.taps_row: an output row, or a phase plane's padded
-#: grid), with the block of at least this many columns that computes the fewest a row (blocks slide back to end at
-#: the row's end, recomputing columns): ResNet-18's stem, rows of 112, 7 blocks of 16 rather than 4 of 32. The
+#: grid), with the widest block of at least this many columns that computes at most TAPS_SLACK more columns a row
+#: than the fewest any block does (blocks slide back to end at the row's end, recomputing columns): ResNet-18's
+#: stem, rows of 112, 7 blocks of 16 rather than 4 of 32 (128 columns); its 3x3 stride-2 layer at 56x56, a grid
+#: of 811, 26 blocks of 32 (832 columns) rather than 51 of 16 (816), faster per column. The
 #: column matrix is then neither written nor read back. Intel's runtime, 2 threads of a Zen 4, ms, im2col + GEMM /
 #: pad_planes + taps: batch 8, ResNet-18's 7x7 stride-2 stem 4.8 + 14.5 / 0.6 + 11.1, MobileNet's 3x3 stride-2
 #: stem 2.2 + 4.1 / 0.4 + 2.7; along the padded grid, batch 1, 3x3: 512 channels at 7x7 1.73/1.54, 256 at 14x14
@@ -85,6 +87,9 @@ CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
 #: 14x14) 7.3/6.3, 7.1/5.8, 7.7/6.4. Block rule A/B x3-4, ResNet-18 b8 (kuiper run --repeat 10): Intel's runtime
 #: 133.2 -> 127.3 and 128.9 -> 126.0 ms, Debian PoCL 120.6 -> 115.2
 TAPS_MIN_BLOCK = 16
+#: ... Intel's runtime, 2 threads of a Zen 4, batch 8, ms, in one process alternating, blocks of 16 / 32: that
+#: 3x3 stride-2 layer 8.3/6.8, 128 -> 256 at 28x28 (209 columns: 224 either way) 7.8/6.4
+TAPS_SLACK = 1 / 8
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
 #: whose columns need more is processed in chunks of items
@@ -245,9 +250,11 @@ class Gemm:
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
         if self.taps and row >= TAPS_MIN_BLOCK:
-            # the block that computes the fewest columns a row, the wider of two
+            # the widest block that computes few more columns a row than the block that computes the fewest
             widths = [block[0] for block in self.cpu_blocks if TAPS_MIN_BLOCK <= block[0] <= row]
-            return cpu_name(min(widths, key=lambda width: (-(-row // width) * width, -width)), True)
+            fewest = min(-(-row // width) * width for width in widths)
+            return cpu_name(max(width for width in widths if -(-row // width) * width <= fewest * (1 + TAPS_SLACK)),
+                            True)
         return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n))
 
     @property

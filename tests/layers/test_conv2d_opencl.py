@@ -167,6 +167,11 @@ def test_the_rule_takes_taps_where_windows_overlap_on_cpus(cl_runtime, monkeypat
     for width, expected in [(2 * kuiper.layers.conv2d.TAPS_MIN_ROW, f"cpu 6x{widest} taps"),
                             (224, "cpu 6x16 taps"), (70, f"cpu 6x{widest} taps")]:
         assert layer.variants.rule(((1, 3, 9, width),)) == expected
+    # a 3x3 stride-2 layer at 56x56: a grid of 811 columns, 26 blocks of 32 (832) rather than 51 of 16 (816)
+    strided, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, stride=2, padding=1)
+    strided.build_opencl(cl_runtime)
+    assert strided.gemm_dims([(1, 4, 56, 56)])[3] == 811
+    assert strided.variants.rule(((1, 4, 56, 56),)) == f"cpu 6x{widest} taps"
     # at stride 1 too: the padded grid of a 7x7 output, 61 columns (2 blocks of 32 or 4 of 16)
     grid, _, _ = make_conv(RNG, **TAPS_CASES["3x3 at 7x7"])
     grid.build_opencl(cl_runtime)
