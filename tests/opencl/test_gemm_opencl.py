@@ -113,6 +113,15 @@ def test_the_rule_follows_the_device_and_the_product(cl_runtime):
     assert Gemm(cl_runtime, "gpu").rule(1, 1, 1) == f"gpu {gemm.tiles[-1][0]}x{gemm.tiles[-1][1]}"  # the smallest
 
 
+def test_cpu_work_groups_follow_the_products_rows(cl_runtime):
+    """Tall groups share B's columns down many rows of A; a product of few row blocks gets groups as wide as it
+    is short, not groups whose work-items mostly return at once; too few groups for the cores: smaller ones."""
+    gemm = Gemm(cl_runtime, "cpu")
+    assert [gemm._cpu_group(10 ** 5, rows, 1) for rows in (40, 11, 7, 2, 1)] == [(1, 32), (1, 32), (16, 2), (16, 2),
+                                                                                (32, 1)]
+    assert gemm._cpu_group(1, 3, 1) == (1, 1)  # 3 work-items in all
+
+
 @pytest.mark.parametrize("features, host, widest", [
     ({"avx2", "avx512f"}, {"avx2"}, "cpu 6x32"), ({"avx2"}, {"avx2", "avx512f"}, "cpu 6x16"),
     (set(), {"avx2", "avx512f"}, "cpu 6x32"), (set(), {"avx2"}, "cpu 6x16"),
