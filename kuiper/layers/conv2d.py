@@ -37,7 +37,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Columns, Gemm, Matrix, Scratch
+from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Gemm, Matrix, column_chunks
 from kuiper.opencl.winograd import WinogradConv, applies as winograd_applies
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
@@ -251,7 +251,6 @@ class Conv2d(ConvLayer):
             kh, kw = self.kernel_size
             # CPUs: a row per work-item, in vectors, from a padded copy of the input; GPUs: a pixel (cl/conv.cl)
             options = [f"-DKH={kh}", f"-DKW={kw}", f"-DSW={self.stride[1]}", *self.cl_epilogue.options]
-            self.cl_padded = Scratch(rt) if rt.is_cpu else None
             self.cl_pad = rt.kernel("conv.cl", "pad_planes", options) if rt.is_cpu else None
             self.cl_direct_group = rt.max_local_size()
             if self.cl_grouped:
@@ -270,9 +269,8 @@ class Conv2d(ConvLayer):
             self.cl_im2col = rt.kernel("conv.cl", "im2col")
             self.cl_whole_rows = rt.is_cpu  # im2col's work-items: whole output rows on CPUs, pixels on GPUs
             self.cl_im2col_pixels = rt.kernel("conv.cl", "im2col_pixels") if rt.is_cpu else None
-            self.cl_columns = Columns(rt)
-            # for the taps variants: pad_planes (built on first use), its output, the taps table per input size
-            self.cl_pad, self.cl_padded, self.cl_taps = None, Scratch(rt), {}
+            # for the taps variants: pad_planes (built on first use), the taps table per input size
+            self.cl_pad, self.cl_taps = None, {}
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
@@ -313,18 +311,19 @@ class Conv2d(ConvLayer):
             self.gemm(q, cout_g, ho * wo, k, c=out, a=weights, b=images, groups=g, items=items, image=image,
                       variant=variant, **bias)
             return
-        columns, span = self.cl_columns, wo if self.cl_whole_rows else 1
+        span = wo if self.cl_whole_rows else 1
         # short rows on CPUs: a work-item per pixel, whose row its float arithmetic finds below 2^22 pixels
         pixels = self.cl_im2col_pixels is not None and wo < IM2COL_ROW_WIDTH and ho * wo < 1 << 22
-        for first, count in columns.chunks(items, g * k * ho * wo):
+        columns, chunks = column_chunks(q, items, g * k * ho * wo)
+        for first, count in chunks:
             if pixels:
-                q.run_exact(self.cl_im2col_pixels, (ho * wo, k, count * g), IM2COL_PIXEL_SPAN, columns.buffer,
+                q.run_exact(self.cl_im2col_pixels, (ho * wo, k, count * g), IM2COL_PIXEL_SPAN, columns,
                             x.buffer, first * cin * h * w, 1 / wo, cin_g, h, w, ho, wo, *geometry)
             else:
-                q.run(self.cl_im2col, (round_up(ho * -(-wo // span), 16), k, count * g), None, columns.buffer,
+                q.run(self.cl_im2col, (round_up(ho * -(-wo // span), 16), k, count * g), None, columns,
                       x.buffer, first * cin * h * w, span, g, cin_g, h, w, ho, wo, *geometry)
             self.gemm(q, cout_g, ho * wo, k, c=out._replace(offset=first * cout * ho * wo), a=weights,
-                                b=Matrix(columns.buffer, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
+                                b=Matrix(columns, ho * wo, group=k * ho * wo, item=g * k * ho * wo),
                                 groups=g, items=count, variant=variant, **bias)
 
     def padded_planes(self, in_hw: tuple, block: int = 1) -> tuple:
@@ -395,12 +394,12 @@ class Conv2d(ConvLayer):
         return layer
 
     def _pad_planes(self, q, x, items: int, block: int = 1, row_phases: int = 1) -> tuple:
-        """Enqueue pad_planes on input x into cl_padded, its rows split into row_phases: returns it, and the rows
-        and columns of a phase plane."""
+        """Enqueue pad_planes on input x into the runtime's "padded" scratch, its rows split into row_phases:
+        returns that buffer, and the rows and columns of a phase plane."""
         (h, w), (top, _), (left, _) = x.shape[-2:], *self.pads
         rows, phase_w = self.padded_planes((h, w), block)
         phase_rows, _, plane = self.phase_planes((h, w), block, row_phases)
-        padded = self.cl_padded.fit(4 * items * self.in_channels * plane)
+        padded = q.scratch("padded", 4 * items * self.in_channels * plane)
         q.run(self.cl_pad, (rows, items * self.in_channels), None, padded, x.buffer, h, w, rows, phase_w, top, left,
               row_phases)
         return padded, phase_rows, phase_w

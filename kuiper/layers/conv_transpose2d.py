@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from kuiper.layers.conv2d import ConvLayer, batched
-from kuiper.opencl.gemm import Columns, Gemm, Matrix
+from kuiper.opencl.gemm import Gemm, Matrix, column_chunks
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 
@@ -108,7 +108,6 @@ class ConvTranspose2d(ConvLayer):
         self.cl_weight = rt.upload(self.w_gemm)
         # without a bias col2im never reads its bias argument, but the argument needs a buffer
         self.cl_bias = rt.upload(self.bias.ravel()) if self.bias is not None else self.cl_weight
-        self.cl_columns = Columns(rt)
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
@@ -117,17 +116,18 @@ class ConvTranspose2d(ConvLayer):
         (h, w), (ho, wo), g = x.shape[-2:], y.shape[-2:], self.groups
         rows, cin_g, cin = self.w_gemm.shape[1], self.in_channels // g, self.in_channels
         geometry = (*self.kernel_size, *self.stride, *self.padding, *self.dilation)
-        items, columns = x.size // (cin * h * w), self.cl_columns
+        items = x.size // (cin * h * w)
         variant = self.variants.pick((x.shape,))
-        for first, count in columns.chunks(items, g * rows * h * w):
+        columns, chunks = column_chunks(q, items, g * rows * h * w)
+        for first, count in chunks:
             self.gemm(q, rows, h * w, cin_g,
-                             c=Matrix(columns.buffer, h * w, group=rows * h * w, item=g * rows * h * w),
+                             c=Matrix(columns, h * w, group=rows * h * w, item=g * rows * h * w),
                              a=Matrix(self.cl_weight, cin_g, group=rows * cin_g),
                              b=Matrix(x.buffer, h * w, group=cin_g * h * w, item=cin * h * w,
                                       offset=first * cin * h * w),
                              groups=g, items=count, variant=variant)
             q.run(self.cl_col2im, (round_up(ho * wo, 16), self.out_channels, count), None,
-                           y.buffer, first * self.out_channels * ho * wo, columns.buffer, self.cl_bias,
+                           y.buffer, first * self.out_channels * ho * wo, columns, self.cl_bias,
                            int(self.bias is not None), self.out_channels, self.out_channels // g, h, w, ho, wo,
                            *geometry)
 

@@ -215,7 +215,6 @@ class Gemm:
         self.epilogue = epilogue
         self._split_kernels = {}  # tile -> gemm_gpu built for split-K, on first need
         self._sum_kernel = None
-        self.partial = Scratch(rt)  # split-K's partial products
         cpu = [Variant(cpu_name(block[0], taps), partial(self._cpu_kernel, block, taps),
                        partial(self._cpu_launch, block[0]))
                for taps in ((False, True) if kernel_size is not None else (False,)) for block in CPU_BLOCKS]
@@ -359,7 +358,7 @@ class Gemm:
             return q.run(kernel, (*grid, stack), (*local, 1), *args, *image)
         span = round_up(-(-k // slices), tk)
         slices = -(-k // span)
-        partial = self.partial.fit(4 * slices * stack * m * n)
+        partial = q.scratch("split-K sums", 4 * slices * stack * m * n)
         split = self._split_kernels.get(tile) or self._split_kernels.setdefault(tile, self._gpu_kernel(tile, True))
         q.run(split, (*grid, stack * slices), (*local, 1), *args, *image, slices, span, partial)
         if self._sum_kernel is None:
@@ -395,29 +394,9 @@ class Gemm:
         return self.tiles[-1]
 
 
-class Scratch:
-    """A device buffer that grows to the largest size asked of it: allocated when a forward first needs it,
-    and again only when a larger input needs more."""
-
-    def __init__(self, rt):
-        self.rt = rt
-        self.buffer = None
-        self.nbytes = 0
-
-    def fit(self, nbytes: int):
-        """`buffer`, made at least nbytes large."""
-        if nbytes > self.nbytes:
-            self.nbytes = nbytes
-            self.buffer = self.rt.allocate(nbytes)
-        return self.buffer
-
-
-class Columns(Scratch):
-    """A layer's device buffer for column matrices."""
-
-    def chunks(self, items: int, item_elements: int) -> list:
-        """[(first item, item count)] in chunks whose columns (item_elements floats per item) fit COLUMN_BYTES,
-        with `buffer` large enough for one chunk."""
-        per_chunk = max(1, min(items, COLUMN_BYTES // (4 * item_elements)))
-        self.fit(4 * per_chunk * item_elements)
-        return [(first, min(per_chunk, items - first)) for first in range(0, items, per_chunk)]
+def column_chunks(q, items: int, item_elements: int) -> tuple:
+    """The runtime's "columns" scratch buffer (Enqueuer.scratch), and [(first item, item count)] in chunks whose
+    column matrices (item_elements floats per item) fit COLUMN_BYTES, the buffer large enough for one chunk."""
+    per_chunk = max(1, min(items, COLUMN_BYTES // (4 * item_elements)))
+    buffer = q.scratch("columns", 4 * per_chunk * item_elements)
+    return buffer, [(first, min(per_chunk, items - first)) for first in range(0, items, per_chunk)]

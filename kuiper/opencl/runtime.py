@@ -77,6 +77,7 @@ class OpenCLRuntime:
         self._kernels = {}
         self._views = {"fp32": self}
         self.pool = BufferPool(self)
+        self.scratch = {}  # role -> the Scratch that every operator takes for it (Enqueuer.scratch)
 
     @property
     def is_cpu(self) -> bool:
@@ -343,6 +344,23 @@ class DeviceTensor(Tensor):
 
 
 # ---- the buffer pool ----------------------------------------------------------------------------------
+class Scratch:
+    """A device buffer that grows to the largest size asked of it: allocated when a forward first needs it,
+    and again only when a larger input needs more."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.buffer = None
+        self.nbytes = 0
+
+    def fit(self, nbytes: int):
+        """`buffer`, made at least nbytes large."""
+        if nbytes > self.nbytes:
+            self.nbytes = nbytes
+            self.buffer = self.rt.allocate(nbytes)
+        return self.buffer
+
+
 class BufferPool:
     """Device buffers recycled by size: `take` gives the smallest free buffer that is large enough (best
     fit), `give` returns it. Graph plans take their slots here and give them back when dropped."""
@@ -390,6 +408,7 @@ class Enqueuer:
         self._done = {}       # operator name -> the events after which all it enqueued is complete
         self._op = self._current = None
         self._wait = None
+        self._scratch_users = {}  # role -> the last operator that took the runtime's scratch for it
 
     def begin(self, op, producers) -> None:
         self._op = op.name
@@ -404,6 +423,20 @@ class Enqueuer:
         if self.levels:  # the operator's next command waits for this one, which waited for the rest
             self._wait = self._done[self._op] = [event]
         return event
+
+    def scratch(self, role: str, nbytes: int):
+        """The runtime's scratch buffer for `role` ("padded", "columns", ...), made at least nbytes large, for the
+        operator being enqueued: a layer's working space between its own kernels, whose contents no other
+        operator reads. Every operator takes the same one, so a model needs as much as its largest layer, not
+        the sum (ResNet-18 at batch 8: 17 MB, not 89). In order, operators run one after another; in the
+        levelized schedule the operator's next command also waits for the last one that took it."""
+        if self.levels:
+            last = self._scratch_users.get(role)
+            if last is not None and last != self._op:
+                self._wait = [*(self._wait or ()), *self._done[last]]
+            self._scratch_users[role] = self._op
+        scratch = self.runtime.scratch.get(role) or self.runtime.scratch.setdefault(role, Scratch(self.runtime))
+        return scratch.fit(nbytes)
 
     def run(self, kernel, global_size, local_size, *args, offset=None):
         """Enqueue one kernel over `global_size` work-items (local size None lets the driver choose), their

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from kuiper.winograd import F4
-from kuiper.opencl.gemm import Gemm, Matrix, Scratch
+from kuiper.opencl.gemm import Gemm, Matrix
 from kuiper.opencl.runtime import round_up
 from kuiper.variants import Variant
 
@@ -67,9 +67,10 @@ def entries(matrix) -> str:
 
 class WinogradConv:
     """One Conv2d layer's Winograd forward on one runtime: its transformed weights, its kernels (built with the
-    layer's epilogue), its GEMM and the device buffers for the transformed tiles. `variants` are it as the
-    layer's variants (kuiper/variants.py), built from `file`: "winograd F4", a work-item per tile and channel,
-    and on CPUs "winograd F4 rows", a work-item per run of RUN tiles of a tile row and channel."""
+    layer's epilogue) and its GEMM; the transformed tiles go in the runtime's scratch (Enqueuer.scratch).
+    `variants` are it as the layer's variants (kuiper/variants.py), built from `file`: "winograd F4", a
+    work-item per tile and channel, and on CPUs "winograd F4 rows", a work-item per run of RUN tiles of a tile
+    row and channel."""
 
     method = F4
     file = "winograd.cl"
@@ -78,7 +79,6 @@ class WinogradConv:
         self.rt = rt
         self.layer = layer
         self.gemm = Gemm(rt.at_precision("fp32"))
-        self.tiles_in, self.tiles_out = Scratch(rt), Scratch(rt)
         self.weight = None
         name = f"winograd F{self.method.m}"
         self.variants = [Variant(name, lambda: self.build(""), self)]
@@ -130,8 +130,8 @@ class WinogradConv:
         positions = method.a * method.a
         per_item = tiles_h * tiles_w
         count = self.chunk(items, per_item) if self.rt.is_cpu else items  # GPUs: every tile in one launch
-        v = self.tiles_in.fit(4 * positions * cin * count * per_item)
-        m = self.tiles_out.fit(4 * positions * cout * count * per_item)
+        v = q.scratch("winograd tiles", 4 * positions * cin * count * per_item)
+        m = q.scratch("winograd sums", 4 * positions * cout * count * per_item)
         for first in range(0, items, count):
             chunk = min(count, items - first)
             tiles = chunk * per_item

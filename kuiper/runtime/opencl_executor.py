@@ -12,7 +12,7 @@ import warnings
 from kuiper.errors import KuiperWarning
 from kuiper.layers.registry import layer_class
 from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
-from kuiper.opencl.gemm import Scratch
+from kuiper.opencl.runtime import Scratch
 from kuiper.opencl.tuning import MEASURE, TuningCache, choose
 from kuiper.runtime.planner import reuse_waits
 

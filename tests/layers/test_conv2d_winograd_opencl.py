@@ -103,4 +103,5 @@ def test_the_output_transform_runs_the_fused_epilogue(cl_runtime, tmp_path, acti
     for variant in winograd_variants(cl_runtime):
         fused.main.variants.use((shape, shape), variant)
         np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4, err_msg=variant)
-    assert fused.main.winograd.tiles_in.buffer is not None  # Winograd ran: it made its tiles' buffer
+        # Winograd ran: its input transform, GEMM and output transform (the GEMM split in two on some GPUs)
+        assert len(graph.executor.enqueuer.events[graph.order[1].name]) >= 3

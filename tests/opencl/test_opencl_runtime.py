@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -102,6 +103,26 @@ def test_pool_hands_back_the_smallest_buffer_that_fits(cl_runtime):
     assert pool.take(50) is small
     assert pool.take(500) is big
     assert pool.allocations == 2
+
+
+@pytest.mark.parametrize("levels", [False, True])
+def test_operators_share_the_runtimes_scratch(cl_runtime, levels):
+    """One buffer per role for every operator, grown to the largest asked; in the levelized schedule an operator
+    that takes it waits for the last one that did, producer or not."""
+    q = opencl.Enqueuer(cl_runtime, levels=levels)
+    first, second, third = (SimpleNamespace(name=name) for name in ("first", "second", "third"))
+    role = f"test {levels}"  # a scratch of its own: the runtime is shared
+    q.begin(first, ())
+    buffer = q.scratch(role, 4000)
+    written = q.write(buffer, np.arange(1000, dtype=np.float32))
+    q.begin(second, ())  # no producer: only the scratch orders it after `first`
+    assert q.scratch(role, 400) is buffer and q.scratch("other", 400) is not buffer
+    if q.levels:
+        assert written in q._wait
+    q.begin(third, [second])
+    assert q.scratch(role, 8000) is cl_runtime.scratch[role].buffer is not buffer
+    assert cl_runtime.scratch[role].nbytes >= 8000
+    q.finish()
 
 
 def test_no_platform_is_a_backend_error_with_a_hint():
