@@ -73,12 +73,14 @@ PANEL = CPU_BLOCKS[0][0]
 #: compiles a kernel again for every new work-group size it is launched with (0.3-5 s each), and ResNet-18 alone
 #: made seven of them when the size followed each product's edges
 CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
-#: ... but a product of fewer than 8 row blocks (M < 43) first tries a group as wide as the product is short: (16, 2)
-#: or (32, 1). Intel's runtime pays for each work-group, and groups of (1, 32) over 3 row blocks each ran 3
-#: work-items. Intel's runtime, 2 threads of a Zen 4, batch 1, ms, (1, 32) / wide: 1x1 16 -> 16 channels at
-#: 112x112 0.33/0.15, a 3x3 stride-2 stem 3 -> 16 at 224x224 0.64/0.35, 16 -> 64 1x1 at 112x112 0.61/0.42; PoCL
-#: 0.106/0.104 for the first (it runs a group's idle work-items at no cost)
-FEW_ROW_BLOCKS = 8
+#: ... but a product of fewer than 12 row blocks (M < 67: 64 channels and fewer) first tries a group as wide as the
+#: product is short: (16, 2) or (32, 1). Intel's runtime pays for each work-group, and groups of (1, 32) over 3 row
+#: blocks each ran 3 work-items. Intel's runtime, 2 threads of a Zen 4, batch 1, ms, (1, 32) / wide: 1x1 16 -> 16
+#: channels at 112x112 0.33/0.15, a 3x3 stride-2 stem 3 -> 16 at 224x224 0.64/0.35, 16 -> 64 1x1 at 112x112
+#: 0.61/0.42, ResNet-18's stem 1.97/1.75; PoCL 0.106/0.104 for the first (it runs a group's idle work-items at no
+#: cost), 1.53/1.45 for the last. ResNet-18 in one process, alternating, from 8 row blocks to 12, medians: b8
+#: Intel's runtime 141.1 -> 136.6 ms, Debian PoCL 116.7 -> 112.0; b1 19.5 -> 19.2
+FEW_ROW_BLOCKS = 12
 
 #: the rule runs a convolution's GEMM on its padded input (the "taps" variants) on CPUs wherever a block of this
 #: many columns fits along the rows its blocks run on (Conv2d.taps_row: an output row, or a phase plane's padded

@@ -117,7 +117,7 @@ def test_cpu_work_groups_follow_the_products_rows(cl_runtime):
     """Tall groups share B's columns down many rows of A; a product of few row blocks gets groups as wide as it
     is short, not groups whose work-items mostly return at once; too few groups for the cores: smaller ones."""
     gemm = Gemm(cl_runtime, "cpu")
-    assert [gemm._cpu_group(10 ** 5, rows, 1) for rows in (40, 11, 7, 2, 1)] == [(1, 32), (1, 32), (16, 2), (16, 2),
+    assert [gemm._cpu_group(10 ** 5, rows, 1) for rows in (40, 12, 11, 2, 1)] == [(1, 32), (1, 32), (16, 2), (16, 2),
                                                                                 (32, 1)]
     assert gemm._cpu_group(1, 3, 1) == (1, 1)  # 3 work-items in all
 
