@@ -12,10 +12,10 @@
 // storage precision: the transforms add numbers up to ~100x the inputs' size that cancel in the end, which
 // half would round away.
 //
-// A launch covers the `tiles` tiles of a chunk of batch items from item `first` on (the host keeps a chunk's V and
-// M in the cache on CPUs). Tile t is tile (ty, tx) of item first + t / (tiles_h * tiles_w); work-item (t, c)
-// handles one channel of it, so consecutive work-items read and write consecutive tiles: V and M are laid out
-// (a*a, channels, tiles).
+// A launch covers the `tiles` tiles of a chunk of whole tile rows, from row `first` of the batch's tile rows on
+// (the host keeps a chunk's V and M in the cache on CPUs). Tile t of the chunk is tile g = first * tiles_w + t
+// of the batch, tile (ty, tx) of item g / (tiles_h * tiles_w); work-item (t, c) handles one channel of it, so
+// consecutive work-items read and write consecutive tiles: V and M are laid out (a*a, channels, tiles).
 // The _rows kernels below do the same for CPUs with four tiles a work-item, in the lanes of vectors.
 #include "epilogue.h"
 #include "lanes.h"
@@ -39,9 +39,9 @@ __kernel OWN_LANES void winograd_input(__global float* restrict V, __global cons
                              const int tiles_h, const int tiles_w, const int tiles, const int first) {
     const int t = get_global_id(0), c = get_global_id(1);
     if (t >= tiles) return;
-    const int per_item = tiles_h * tiles_w;
-    const int top = t % per_item / tiles_w * WM - pad_h, left = t % tiles_w * WM - pad_w;
-    const __global store_t* plane = x + ((long)(first + t / per_item) * channels + c) * height * width;
+    const int per_item = tiles_h * tiles_w, g = first * tiles_w + t;
+    const int top = g % per_item / tiles_w * WM - pad_h, left = t % tiles_w * WM - pad_w;
+    const __global store_t* plane = x + ((long)(g / per_item) * channels + c) * height * width;
     const float bt[WA][WA] = {WINO_BT};
 
     float d[WA][WA];  // the tile, 0 in the padding
@@ -72,9 +72,9 @@ __kernel void winograd_output(__global store_t* restrict y, __global const float
                               const int tiles_w, const int tiles, const int first) {
     const int t = get_global_id(0), o = get_global_id(1);
     if (t >= tiles) return;
-    const int per_item = tiles_h * tiles_w;
-    const int top = t % per_item / tiles_w * WM, left = t % tiles_w * WM;
-    const long plane = ((long)(first + t / per_item) * channels + o) * out_h * out_w;
+    const int per_item = tiles_h * tiles_w, g = first * tiles_w + t;
+    const int top = g % per_item / tiles_w * WM, left = t % tiles_w * WM;
+    const long plane = ((long)(g / per_item) * channels + o) * out_h * out_w;
     const float at[WM][WA] = {WINO_AT};
 
     float m[WA][WA];
@@ -110,7 +110,7 @@ __kernel void winograd_output(__global store_t* restrict y, __global const float
 #define RUN 4
 #define SPAN (RUN * WM + 2)
 
-// The run of tiles of work-item s: its tile row `row` of the whole batch, its first tile column `tx`
+// The run of tiles of work-item s: its tile row `row` of the chunk, its first tile column `tx`
 inline void tile_run(int s, int tiles_w, int* row, int* tx) {
     const int runs = (tiles_w + RUN - 1) / RUN;
     *row = s / runs;
@@ -140,9 +140,9 @@ __kernel OWN_LANES void winograd_input_rows(__global float* restrict V, __global
                                   const int first) {
     int row, tx;
     tile_run(get_global_id(0), tiles_w, &row, &tx);
-    const int c = get_global_id(1);
-    const int top = row % tiles_h * WM - pad_h, col0 = tx * WM - pad_w;
-    const __global store_t* plane = x + ((long)(first + row / tiles_h) * channels + c) * height * width;
+    const int c = get_global_id(1), r = first + row;  // r: the tile row in the batch
+    const int top = r % tiles_h * WM - pad_h, col0 = tx * WM - pad_w;
+    const __global store_t* plane = x + ((long)(r / tiles_h) * channels + c) * height * width;
     const float bt[WA][WA] = {WINO_BT};
 
     float4 d[WA][WA];  // d[i][j]: the four tiles' (i, j) entries
@@ -185,9 +185,9 @@ __kernel OWN_LANES void winograd_output_rows(__global store_t* restrict y, __glo
                                    const int tiles_w, const int tiles, const int first) {
     int row, tx;
     tile_run(get_global_id(0), tiles_w, &row, &tx);
-    const int o = get_global_id(1);
-    const int top = row % tiles_h * WM, left = tx * WM;
-    const long plane = ((long)(first + row / tiles_h) * channels + o) * out_h * out_w;
+    const int o = get_global_id(1), r = first + row;  // r: the tile row in the batch
+    const int top = r % tiles_h * WM, left = tx * WM;
+    const long plane = ((long)(r / tiles_h) * channels + o) * out_h * out_w;
     const int t = row * tiles_w + tx, count = min(tiles_w - tx, RUN);
     const float at[WM][WA] = {WINO_AT};
 

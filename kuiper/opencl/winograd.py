@@ -4,7 +4,7 @@ The method and its matrices are kuiper/winograd.py's. On OpenCL it runs in three
 transform writes every tile's B^T d B, one stacked GEMM (kuiper/opencl/gemm.py) multiplies the transformed
 kernels into them for each of the 36 positions of a 6x6 tile, and the output transform turns each tile's 36
 sums into its 4x4 outputs, adding the bias and applying the layer's fused epilogue as it stores them. On CPUs
-a large batch goes through them a chunk of items at a time (CHUNK_BYTES).
+a large layer goes through them a chunk of tile rows at a time (CHUNK_BYTES).
 
 The GEMM's operands are float at any storage precision (see cl/winograd.cl), so it runs on the runtime's fp32
 view. Where a direct convolution's GEMM has few columns (a 7x7 image: 49 per item), this one has one per tile
@@ -41,9 +41,10 @@ MIN_CPU_CHANNELS = 16
 GROUP_TILES = 64
 #: tiles a work-item of the rows variant transforms (RUN in cl/winograd.cl)
 RUN = 4
-#: on CPUs, the batch goes through the three launches a chunk of items at a time whose transformed tiles (V and
-#: M) hold about this many bytes, so that the GEMM and the output transform find them in the cache: unchunked,
-#: ResNet-18's first layers at batch 8 make 29 MB of them. Intel's runtime, 2 threads of a Zen 4 (32 MB of L3),
+#: on CPUs, a layer goes through the three launches a chunk of tile rows (of the whole batch's) at a time whose
+#: transformed tiles (V and M) hold about this many bytes, so that the GEMM and the output transform find them
+#: in the cache: unchunked, ResNet-18's first layers at batch 8 make 29 MB of them, and MaxViT's 64-channel
+#: layer at 112x112 14 MB at batch 1. Intel's runtime, 2 threads of a Zen 4 (32 MB of L3),
 #: batch 8, ms, one launch each / chunks: 64 channels at 56x56 10.5/7.4, 128 at 28x28 7.9/6.9; ResNet-18 b8 in one
 #: process, alternating, medians 129.6 -> 115.5 and 144.5 -> 131.1. Debian's PoCL and the PoCL wheel: no change
 #: beyond noise (136.6/138.6, 134.5/134.1)
@@ -110,12 +111,13 @@ class WinogradConv:
         return (self.rt.kernel(self.file, f"winograd_input{kind}", options),
                 self.rt.kernel(self.file, f"winograd_output{kind}", options), bool(kind))
 
-    def chunk(self, items: int, per_item: int) -> int:
-        """Batch items a chunk on CPUs (see CHUNK_BYTES), the chunks as even as they can be."""
+    def chunk(self, rows: int, row_tiles: int) -> int:
+        """Tile rows a chunk on CPUs, of `rows` of row_tiles tiles each (see CHUNK_BYTES), the chunks as even as
+        they can be."""
         layer, positions = self.layer, self.method.a * self.method.a
-        fit = CHUNK_BYTES // (4 * positions * (layer.in_channels + layer.out_channels) * per_item)
-        fit = max(1, fit, -(-MIN_CHUNK_TILES // per_item))
-        return -(-items // -(-items // fit))
+        fit = CHUNK_BYTES // (4 * positions * (layer.in_channels + layer.out_channels) * row_tiles)
+        fit = max(1, fit, -(-MIN_CHUNK_TILES // row_tiles))
+        return -(-rows // -(-rows // fit))
 
     def __call__(self, q, kernels: tuple, x, y, bias, epilogue: tuple) -> None:
         """Enqueue y = the convolution of x: device tensors (N, Cin, H, W) and (N, Cout, Ho, Wo), with one
@@ -128,15 +130,15 @@ class WinogradConv:
         tiles_h, tiles_w = method.tiles(ho, wo)
         items = x.size // (cin * h * w)
         positions = method.a * method.a
-        per_item = tiles_h * tiles_w
-        count = self.chunk(items, per_item) if self.rt.is_cpu else items  # GPUs: every tile in one launch
-        v = q.scratch("winograd tiles", 4 * positions * cin * count * per_item)
-        m = q.scratch("winograd sums", 4 * positions * cout * count * per_item)
-        for first in range(0, items, count):
-            chunk = min(count, items - first)
-            tiles = chunk * per_item
+        tile_rows = items * tiles_h
+        count = self.chunk(tile_rows, tiles_w) if self.rt.is_cpu else tile_rows  # GPUs: every tile in one launch
+        v = q.scratch("winograd tiles", 4 * positions * cin * count * tiles_w)
+        m = q.scratch("winograd sums", 4 * positions * cout * count * tiles_w)
+        for first in range(0, tile_rows, count):
+            chunk = min(count, tile_rows - first)
+            tiles = chunk * tiles_w
             if rows:  # one work-item per run of tiles
-                local, width = None, chunk * tiles_h * -(-tiles_w // RUN)
+                local, width = None, chunk * -(-tiles_w // RUN)
             else:
                 local = None if self.rt.is_cpu else GROUP_TILES
                 width = tiles if local is None else round_up(tiles, local)

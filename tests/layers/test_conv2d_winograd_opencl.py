@@ -40,15 +40,15 @@ def test_winograd_matches_numpy(cl_runtime, cin, cout, padding, shape, bias):
         assert_opencl_matches_numpy(layer, cl_runtime, x, variant=variant)
 
 
-def test_winograd_in_chunks_of_items_matches_numpy(cl_runtime, monkeypatch, tmp_path):
-    # a chunk per item (the last of three a short one, by MIN_CHUNK_TILES), each launch finding its items' planes;
-    # through a fused residual sum, read where each output lies
+def test_winograd_in_chunks_of_tile_rows_matches_numpy(cl_runtime, monkeypatch, tmp_path):
+    # 3 items of 3 rows of 6 tiles in chunks of 5 and 4 tile rows, the first ending inside item 1: each launch
+    # finds its tiles' items and rows; through a fused residual sum, read where each output lies
     monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
-    monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", 2 * 3 * 6)  # two items of 3 x 6 tiles
+    monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", 5 * 6)
     shape = (3, 4, 9, 21)
     expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, shape, ACTIVATIONS[0])
     conv = graph.order[1].layer.main
-    assert conv.winograd.chunk(3, 3 * 6) == 2
+    assert conv.winograd.chunk(3 * 3, 6) == 5
     for variant in winograd_variants(cl_runtime):
         conv.variants.use((shape, shape), variant)
         np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4, err_msg=variant)
