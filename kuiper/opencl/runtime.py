@@ -429,7 +429,8 @@ class Enqueuer:
         operator being enqueued: a layer's working space between its own kernels, whose contents no other
         operator reads. Every operator takes the same one, so a model needs as much as its largest layer, not
         the sum (ResNet-18 at batch 8: 17 MB, not 89). In order, operators run one after another; in the
-        levelized schedule the operator's next command also waits for the last one that took it."""
+        levelized schedule the operator's next command also waits for the last one that took it. Graphs that
+        share a runtime must therefore run their forwards one at a time, not from two threads at once."""
         if self.levels:
             last = self._scratch_users.get(role)
             if last is not None and last != self._op:
