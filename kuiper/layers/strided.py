@@ -22,6 +22,10 @@ from kuiper.opencl.runtime import ROW_SPAN, round_up
 
 #: the most dims cl/copy.cl walks (after merging)
 MAX_RANK = 6
+#: on CPUs, a copy whose destination rows (its innermost dim) are shorter than this walks along the source's
+#: rows where those are longer: a work-item copies a row, and rows of a few elements cost little but the
+#: finding of them (see StridedCopy.rows_first)
+SHORT_ROW = 16
 #: kernels that move bits (cl/copy.cl, cl/pad.cl) take an unsigned integer as wide as the element: one
 #: program serves every dtype of that size
 WORD_TYPES = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
@@ -112,12 +116,27 @@ class StridedCopy:
         if count == 0:  # an empty piece: OpenCL refuses copies of 0 bytes, and there is nothing to do
             return
         dims = merge_dims(tuple(shape), tuple(dst.strides), tuple(src.strides))
+        if self.rows:
+            dims = self.rows_first(dims)
         if len(dims) == 1 and dims[0][1:] == (1, 1):
             itemsize = dst.tensor.dtype.itemsize
             q.copy(dst.tensor.buffer, src.tensor.buffer, count * itemsize,
                    dst.offset * itemsize, src.offset * itemsize)
             return
         self._walk(q, dims, dst, src)
+
+    @staticmethod
+    def rows_first(dims: tuple) -> tuple:
+        """Merged dims walked with the source's rows innermost where the destination's are short (SHORT_ROW) and
+        the source's longer: the same copy, element for element, in another order."""
+        rows = dims[-1][0]
+        if rows >= SHORT_ROW:
+            return dims
+        longer = [i for i, (size, _, src) in enumerate(dims) if src == 1 and size > rows]
+        if not longer:
+            return dims
+        order = dims[:longer[0]] + dims[longer[0] + 1:] + dims[longer[0]:longer[0] + 1]
+        return merge_dims(*(tuple(column) for column in zip(*order)))
 
     def _walk(self, q, dims, dst: View, src: View) -> None:
         """Enqueue cl/copy.cl over merged `dims`; past the kernel's rank, once per index of the outermost dim."""

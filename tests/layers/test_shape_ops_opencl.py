@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_opencl_matches_numpy
-from kuiper.layers.strided import merge_dims
+from kuiper.layers.strided import StridedCopy, contiguous_strides, merge_dims
 from kuiper.runtime.operators import make_layer
 
 RNG = np.random.default_rng(3)
@@ -71,11 +71,23 @@ def test_permute(cl_runtime, batch, dims):
     ((2, 3, 4, 5, 6), (4, 3, 2, 1, 0)),
     ((2, 3, 2, 4, 3, 2), (5, 0, 4, 1, 3, 2)),  # six dims that do not merge: the kernel's full rank
     ((2, 3, 4500), (1, 0, 2)),            # rows longer than a CPU work-item's run (ROW_SPAN)
+    ((1, 4, 4, 7, 7, 24), (0, 5, 1, 3, 2, 4)),  # MaxViT's windows back to channels: rows of 7 written, 24 read
 ])
 @pytest.mark.parametrize("cpu", [True, False])
 def test_permute_of_other_ranks(cl_runtime, monkeypatch, shape, dims, cpu):
     monkeypatch.setattr(cl_runtime, "is_cpu", cpu)  # runs along rows (CPUs), or an element per work-item
     check(cl_runtime, layer("Tensor.permute", {"dims": dims}, recorded=[shape]), rand(*shape))
+
+
+def test_cpus_walk_the_sources_rows_where_the_destinations_are_short():
+    # (1, 8, 8, 7, 7, 64) -> dims (0, 5, 1, 3, 2, 4): rows of 7 written, one element a row apart in the source;
+    # the source's rows of 64 channels go innermost, the rest in their order, and nothing else moves
+    shape, src = (1, 64, 8, 7, 8, 7), contiguous_strides((1, 8, 8, 7, 7, 64))
+    dims = merge_dims(shape, contiguous_strides(shape), tuple(src[a] for a in (0, 5, 1, 3, 2, 4)))
+    assert dims[-1] == (7, 1, 64)
+    assert StridedCopy.rows_first(dims) == dims[1:] + dims[:1] and dims[0] == (64, 3136, 1)
+    long_rows = merge_dims((6, 40), (40, 1), (1, 6))
+    assert StridedCopy.rows_first(long_rows) == long_rows
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
