@@ -58,6 +58,10 @@ IM2COL_PIXEL_SPAN = 16
 #: (Conv2d.on_grid). Either way did as well at ResNet-18's stem (112) and a 3x3 stride-2 layer at 147x147
 #: (73), within this VM's noise (Intel's runtime, 2 threads of a Zen 4)
 TAPS_MIN_ROW = 64
+#: ... and along the grid only where it has at most this many columns per output pixel: the padding's columns
+#: are computed too, and DeepLab-v3's 3x3 at dilation 12 on a 14x14 map (padding 12) makes a grid of 508 columns
+#: for 196 pixels
+TAPS_MAX_GRID = 2
 
 
 def batched(array: np.ndarray) -> np.ndarray:
@@ -429,12 +433,14 @@ class Conv2d(ConvLayer):
         """(m, n, stack, row) of the GEMM for these input shapes: one (Cout/g, K) @ (K, Ho*Wo) per group and item;
         the columns the taps variants' blocks run along (taps_row), or 0 where they do not apply: where the
         kernel's windows do not overlap (a 1x1 kernel, ViT's 16x16 patches at stride 16), the column matrix is no
-        bigger than the input, nothing to save; and where their offsets into a group's padded input would pass
-        32 bits."""
+        bigger than the input, nothing to save; where their offsets into a group's padded input would pass
+        32 bits; and where the padded grid they would run along is mostly padding (TAPS_MAX_GRID)."""
         shape = shapes[0]
         ho, wo = self.output_shapes([shape])[0][-2:]
         _, phase_w, plane = self.phase_planes(shape[-2:], row_phases=self.stride[0])
         overlap = math.prod(self.kernel_size) > math.prod(self.stride)
         row = self.taps_row((ho, wo), phase_w) if overlap and self.in_channels // self.groups * plane < 2 ** 31 else 0
+        if self.on_grid(wo) and row > TAPS_MAX_GRID * ho * wo:
+            row = 0
         items = math.prod(shape[:-3])
         return self.out_channels // self.groups, ho * wo, items * self.groups, row

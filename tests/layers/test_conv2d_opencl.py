@@ -182,12 +182,17 @@ def test_the_rule_takes_taps_where_windows_overlap_on_cpus(cl_runtime, monkeypat
     assert patches.variants.rule(((1, 3, 224, 224),)) == f"cpu 6x{widest}"
 
 
-def test_no_taps_variant_where_offsets_would_pass_32_bits_or_windows_do_not_overlap():
+def test_no_taps_variant_where_offsets_would_pass_32_bits_windows_do_not_overlap_or_the_grid_is_mostly_padding():
     # the taps table holds 32-bit offsets into one group's padded input: 256 channels of 3000 x 3000 pass 2^31
     layer, _, _ = make_conv(RNG, **TAPS_CASES["7x7 stride2 pad3"])
     assert layer.gemm_dims([(1, 3, 9, 70)])[3] == 4 * 38 + 35  # the grid: 5 rows of 35 outputs, 38 apart
     wide, _, _ = make_conv(RNG, in_channels=256, out_channels=8, kernel_size=3, padding=1)
     assert wide.gemm_dims([(1, 256, 3000, 3000)])[3] == 0
+    # the padded grid of DeepLab's atrous 3x3 at dilation 12 on 14x14: 508 columns for 196 pixels; at dilation 2, 250
+    atrous, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, padding=12, dilation=12)
+    assert atrous.gemm_dims([(1, 4, 14, 14)])[3] == 0
+    atrous, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, padding=2, dilation=2)
+    assert atrous.gemm_dims([(1, 4, 14, 14)])[3] == 13 * 18 + 14
     for kernel_size, stride in [(1, 1), (1, 2), (16, 16)]:  # the input is the GEMM's B already; subsampled; ViT's
         patches, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=kernel_size, stride=stride)
         assert patches.gemm_dims([(1, 4, 32, 200)])[3] == 0
