@@ -367,8 +367,8 @@ class Conv2d(ConvLayer):
             self.cl_pad = self.cl_rt.kernel("conv.cl", "pad_planes", options)
         if (h, w) not in self.cl_taps:
             self.cl_taps[h, w] = self.cl_rt.upload(self.taps((h, w)))
-        padded, _, phase_w = self._pad_planes(q, x, items, row_phases=self.stride[0])
-        plane, cin, (ho, wo) = self.phase_planes((h, w), row_phases=self.stride[0])[2], self.in_channels, out_hw
+        padded, _, phase_w, plane = self._pad_planes(q, x, items, row_phases=self.stride[0])
+        cin, (ho, wo) = self.in_channels, out_hw
         if self.on_grid(wo):  # the padded grid as one row, its padding columns dropped (cl/gemm.cl)
             blocks = (1, self.taps_row(out_hw, phase_w), 0, phase_w, wo)
         else:  # output row by output row
@@ -399,14 +399,14 @@ class Conv2d(ConvLayer):
 
     def _pad_planes(self, q, x, items: int, block: int = 1, row_phases: int = 1) -> tuple:
         """Enqueue pad_planes on input x into the runtime's "padded" scratch, its rows split into row_phases:
-        returns that buffer, and the rows and columns of a phase plane."""
+        returns that buffer, the rows and columns of a phase plane, and the floats of a padded input plane."""
         (h, w), (top, _), (left, _) = x.shape[-2:], *self.pads
         rows, phase_w = self.padded_planes((h, w), block)
         phase_rows, _, plane = self.phase_planes((h, w), block, row_phases)
         padded = q.scratch("padded", 4 * items * self.in_channels * plane)
         q.run(self.cl_pad, (rows, items * self.in_channels), None, padded, x.buffer, h, w, rows, phase_w, top, left,
               row_phases)
-        return padded, phase_rows, phase_w
+        return padded, phase_rows, phase_w, plane
 
     def _direct_opencl(self, q, inputs, y, items: int) -> None:
         """The direct kernels: depthwise_conv2d (GPUs), or pad_planes then depthwise_rows or grouped_rows (CPUs)."""
@@ -419,7 +419,7 @@ class Conv2d(ConvLayer):
             q.run(self.cl_direct, (round_up(wo, 8), ho, items * cout), None, y.buffer, x.buffer, *common, h, w,
                   ho, wo, sh, sw, top, left, dh, dw)
             return
-        padded, padded_h, phase_w = self._pad_planes(q, x, items, block=8)  # the kernels compute blocks of 8 pixels
+        padded, padded_h, phase_w, _ = self._pad_planes(q, x, items, block=8)  # the kernels compute blocks of 8 pixels
         # a work-group per output plane: PoCL's own choice ran 32 planes of 112x112 about half as fast
         local = (ho, 1) if ho <= self.cl_direct_group else None
         if self.cl_grouped:  # common's last value, the multiplier, is cout_g here too
@@ -438,9 +438,9 @@ class Conv2d(ConvLayer):
         shape = shapes[0]
         ho, wo = self.output_shapes([shape])[0][-2:]
         _, phase_w, plane = self.phase_planes(shape[-2:], row_phases=self.stride[0])
+        row = self.taps_row((ho, wo), phase_w)
         overlap = math.prod(self.kernel_size) > math.prod(self.stride)
-        row = self.taps_row((ho, wo), phase_w) if overlap and self.in_channels // self.groups * plane < 2 ** 31 else 0
-        if self.on_grid(wo) and row > TAPS_MAX_GRID * ho * wo:
+        mostly_padding = self.on_grid(wo) and row > TAPS_MAX_GRID * ho * wo
+        if not overlap or mostly_padding or self.in_channels // self.groups * plane >= 2 ** 31:
             row = 0
-        items = math.prod(shape[:-3])
-        return self.out_channels // self.groups, ho * wo, items * self.groups, row
+        return self.out_channels // self.groups, ho * wo, math.prod(shape[:-3]) * self.groups, row

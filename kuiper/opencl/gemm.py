@@ -304,7 +304,7 @@ class Gemm:
 
         def candidates(shapes):
             _, n, _, *row = dims(shapes)
-            return self.candidates(n, *row[:1]) + ([v.name for v in other.variants] if other else [])
+            return self.candidates(n, *row) + ([v.name for v in other.variants] if other else [])
         return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------
