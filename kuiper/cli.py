@@ -27,6 +27,7 @@ from kuiper import folder, images, labels, references
 from kuiper.cpu.blas import restart_if_misread
 from kuiper.errors import ConfigError, KuiperError
 from kuiper.folder import json_float
+from kuiper.layers.reshape import ViewLayer
 from kuiper.runtime.graph import BACKENDS
 
 SOURCE_MODELS = Path(__file__).resolve().parent.parent / "models"  # a source checkout's; a plain install has none
@@ -597,13 +598,13 @@ def cmd_inspect(args) -> None:
         line += " [red]and forward refuses these shapes[/] (raise it with run's --memory-limit or KUIPER_MEMORY_LIMIT)"
     console.print(line)
     if fused or in_place:
-        console.print(f"the fusion pass ({len(graph.unfused_order)} operators -> {len(graph.order)}; "
+        console.print(f"the copies and fusion passes ({len(graph.unfused_order)} operators -> {len(graph.order)}; "
                       f"`--backend reference` shows the graph as the file has it):")
         for op in fused:
             console.print(f"  {op.name}: " + " + ".join(f"{a.name} ({a.type})" for a in op.absorbed), highlight=False)
         for op in in_place:
-            console.print(f"  {op.name} ({op.type}) overwrites its input {op.output_operand.overwrites.name}",
-                          highlight=False)
+            does = "is a view of its input {}" if isinstance(op.layer, ViewLayer) else "overwrites its input {}"
+            console.print(f"  {op.name} ({op.type}) " + does.format(op.output_operand.overwrites.name), highlight=False)
     if served:
         console.print("served by custom OpenCL operators:")
         for op, config in served:

@@ -23,6 +23,10 @@ class Permute(Layer):
             raise self.shape_error(f"dims={self.axes} needs a {len(self.axes)}-d input, got {shape}")
         return [tuple(shape[a] for a in self.axes)]
 
+    def walked(self, walk, shape, output: int):
+        """Where the output's elements sit, given the input's walk (layers/strided.py Walk)."""
+        return walk.permuted(self.axes)
+
     def forward_numpy(self, inputs, outputs):
         # copying the transposed view lays the elements out in the new order, as .contiguous() would
         np.copyto(outputs[0], np.transpose(inputs[0], self.axes))

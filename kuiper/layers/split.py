@@ -41,6 +41,12 @@ class SplitLayer(Layer):
                                    f"the operator has {outputs} outputs")
         return [shape[:axis] + (size,) + shape[axis + 1:] for size in sizes]
 
+    def walked(self, walk, shape, output: int):
+        """Where piece `output`'s elements sit, given the input's walk (layers/strided.py Walk)."""
+        axis = dim_index(self, self.dim, len(shape))
+        lengths = [piece[axis] for piece in self.output_shapes([shape])]
+        return walk.narrowed(axis, sum(lengths[:output]), lengths[output])
+
     def forward_numpy(self, inputs, outputs):
         # the outputs already have the piece lengths; their running sum gives the cut positions
         cuts = np.cumsum([out.shape[self.dim] for out in outputs[:-1]])

@@ -22,6 +22,17 @@ class Transpose(Layer):
         shape[a], shape[b] = shape[b], shape[a]
         return [tuple(shape)]
 
+    def axes(self, rank: int) -> list:
+        """The permute this transpose is: the order of the axes with the two swapped."""
+        axes = list(range(rank))
+        a, b = self.dim0 % rank, self.dim1 % rank
+        axes[a], axes[b] = axes[b], axes[a]
+        return axes
+
+    def walked(self, walk, shape, output: int):
+        """Where the output's elements sit, given the input's walk (layers/strided.py Walk)."""
+        return walk.permuted(self.axes(len(shape)))
+
     def forward_numpy(self, inputs, outputs):
         # numpy reads negative axes the way PyTorch does, so the dims go in unchanged
         np.copyto(outputs[0], np.swapaxes(inputs[0], self.dim0, self.dim1))
@@ -30,8 +41,5 @@ class Transpose(Layer):
         self.copier = StridedCopy(rt)
 
     def forward_opencl(self, q, inputs, outputs):
-        # a permute whose order swaps the two axes; merged, it walks at most 5 dims whatever the rank
-        axes = list(range(inputs[0].ndim))
-        a, b = self.dim0 % len(axes), self.dim1 % len(axes)
-        axes[a], axes[b] = axes[b], axes[a]
-        self.copier.permute(q, outputs[0], inputs[0], axes)
+        # merged, the swap walks at most 5 dims whatever the rank
+        self.copier.permute(q, outputs[0], inputs[0], self.axes(inputs[0].ndim))

@@ -29,7 +29,7 @@ from kuiper.tensor import Tensor
 class NumpyExecutor:
     name = "numpy"
     device = False  # the graph's inputs and outputs are host arrays, not pooled buffers
-    fuses = True    # the fusion pass (runtime/fusion.py) runs
+    fuses = True    # the copies and fusion passes (runtime/copies.py, runtime/fusion.py) run
     runtime = None       # no OpenCL runtime
     host_fallbacks = ()  # every layer runs here
 

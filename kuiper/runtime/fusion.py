@@ -14,6 +14,9 @@ Two rewrites, over the operators in execution order:
   input of the fused operator, so the BFS waits for it like for any input.
 - **In place**: such an activation or sum that cannot be fused overwrites its input: its output operand is
   marked `overwrites` that input, and the memory plan gives it the input's buffer.
+- **Views**: a reshape (any ViewLayer: view, flatten, squeeze, unsqueeze, identity) whose input has no other
+  reader is marked the same way. Its output is the input's buffer under the new shape, so it copies nothing
+  (MaxViT-T runs 165 reshapes a forward).
 
 The graph's inputs (the caller's arrays) and outputs (fresh arrays per forward) are never overwritten or
 fused away. The BFS, the memory plan and both backends then see an ordinary graph: which operators fuse
@@ -25,7 +28,8 @@ from __future__ import annotations
 from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.layers.expression import Expression
 from kuiper.layers.fused import EpilogueStep, FusedLayer
-from kuiper.runtime.operators import RuntimeOperator
+from kuiper.layers.reshape import ViewLayer
+from kuiper.runtime.operators import RuntimeOperator, link_successors
 
 
 def fuse(order: list, graph_ends: set, on_device: bool = False) -> list:
@@ -37,6 +41,11 @@ def fuse(order: list, graph_ends: set, on_device: bool = False) -> list:
     removed = set()
     for op in order:
         if op.layer is None or len(op.output_operands) != 1 or op.output_operand.name in graph_ends:
+            continue
+        if isinstance(op.layer, ViewLayer):
+            (source,) = op.input_operands
+            if source.consumers == [op] and source.name not in graph_ends:
+                op.output_operand.overwrites = source
             continue
         if isinstance(op.layer, ElementwiseLayer) and len(op.input_operands) == 1 and (
                 op.layer.in_place or on_device and getattr(op.layer, "cl_function", None) is not None):
@@ -65,7 +74,7 @@ def fuse(order: list, graph_ends: set, on_device: bool = False) -> list:
             continue
         group = fused.get(id(op))
         result.append(op if group is None else _fused_operator(group))
-    _link_successors(result)
+    link_successors(result)
     return result
 
 
@@ -108,11 +117,3 @@ def _fused_operator(group: dict) -> RuntimeOperator:
     fused.layer = FusedLayer(fused, main.layer, group["steps"], len(main.input_operands))
     fused.absorbed = [main] + absorbed
     return fused
-
-
-def _link_successors(operators: list) -> None:
-    for op in operators:
-        successors = []
-        for operand in op.output_operands:
-            successors += [c for c in operand.consumers if c not in successors]
-        op.successors = successors

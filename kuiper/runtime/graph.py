@@ -6,8 +6,8 @@ States, as in KuiperInfer:  NEED_INIT --init()--> NEED_BUILD --build()--> COMPLE
             relies on (graph inputs and outputs, tuples).
   build()   creates one layer per operator (checking its parameters), fixes the execution order by a
             dry run of the BFS below (so a graph that can never finish fails here, not in forward), lets
-            the fusion pass rewrite the operator list (runtime/fusion.py), and plans memory for the input
-            shapes recorded in the file.
+            the copies and fusion passes rewrite the operator list (runtime/copies.py, runtime/fusion.py),
+            and plans memory for the input shapes recorded in the file.
   forward() runs the BFS: pop a ready operator, run its layer, then for each successor bump its meet_num
             by the input slots the finished operator fed, the output tensor handed over by reference, and
             enqueue the successor once meet_num equals its number of inputs.
@@ -37,7 +37,7 @@ from kuiper.errors import BackendError, ConfigError, GraphError, ShapeError, Uns
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
-from kuiper.runtime import checks, fusion, memory
+from kuiper.runtime import checks, copies, fusion, memory
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
 from kuiper.runtime.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
     INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype,
@@ -96,8 +96,8 @@ class RuntimeGraph:
         self.operands = {}       # name -> RuntimeOperand
         self.input_operators = []
         self.output_operands = []  # flattened graph outputs, in order
-        self.order = []          # execution order fixed by build(), after the fusion pass
-        self.unfused_order = []  # the same before the fusion pass: the operators as the file has them
+        self.order = []          # execution order fixed by build(), after the copies and fusion passes
+        self.unfused_order = []  # the same before the passes: the operators as the file has them
         self._plans = OrderedDict()  # input signature -> ExecutionPlan, the least recently used first
         self.last_trace = []
         self.last_profile = []
@@ -179,7 +179,8 @@ class RuntimeGraph:
         self.unfused_order = self._schedule()
         if self.executor.fuses:
             ends = {o.name for o in self.output_operands} | {op.output_operand.name for op in self.input_operators}
-            self.operators = fusion.fuse(self.unfused_order, ends, on_device=self.executor.device)
+            moved = copies.compose(self.unfused_order, ends)
+            self.operators = fusion.fuse(moved, ends, on_device=self.executor.device)
             self.operands = {o.name: o for op in self.operators for o in op.output_operands}
         self.order = self._schedule()
         self.executor.build(self.order)

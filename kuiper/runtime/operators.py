@@ -153,3 +153,12 @@ def make_layer(type: str, fast: bool = False, **kwargs):
     op.layer = ((fast and fast_class(type)) or layer_class(type, op.name))(op)
     op.layer.check_params_read()
     return op.layer
+
+
+def link_successors(operators: list) -> None:
+    """Set each operator's successors from its outputs' consumers (after a pass has rewritten the list)."""
+    for op in operators:
+        successors = []
+        for operand in op.output_operands:
+            successors += [c for c in operand.consumers if c not in successors]
+        op.successors = successors

@@ -90,7 +90,8 @@ class ExecutionPlan:
     plan is only a layout, its sizes known and nothing allocated (what the memory limit is checked against).
 
     `aliases` ({operand name: operand name}) are the outputs of operators that work in place: they get no
-    buffer of their own but the tensor of the operand they overwrite."""
+    buffer of their own but a view, under their own shape, of the buffer of the operand they overwrite (a
+    reshape's output is its input's elements in the same order)."""
 
     def __init__(self, shapes: dict, dtypes: dict, lifetimes: list, aliases: dict):
         self.shapes = shapes
@@ -104,13 +105,14 @@ class ExecutionPlan:
         self.reuse_waits = {}  # operator name -> operators it must wait for (see reuse_waits)
 
     def place(self, slots: list, view) -> None:
-        """Give every pooled operand its tensor, `view(slot, shape, dtype)`, and every alias its source's."""
+        """Give every pooled operand its tensor, `view(slot, shape, dtype)`, and every alias a view of the slot of
+        the operand at the start of its chain."""
         self.slots = slots
-        for life in self.lifetimes:
-            name = life.key
-            self.tensors[name] = view(slots[self.assignment.slot_of[name]], self.shapes[name], self.dtypes[name])
-        for name, source in self.aliases.items():  # in order, so a chain's source is placed first
-            self.tensors[name] = self.tensors[source]
+        for name in [life.key for life in self.lifetimes] + list(self.aliases):
+            owner = name
+            while owner in self.aliases:
+                owner = self.aliases[owner]
+            self.tensors[name] = view(slots[self.assignment.slot_of[owner]], self.shapes[name], self.dtypes[name])
 
     @property
     def pooled_bytes(self) -> int:
@@ -127,7 +129,7 @@ class ExecutionPlan:
 
 def layout(order: list, shapes: dict, dtypes: dict, graph_outputs: set, device: bool, path: str) -> "ExecutionPlan":
     """The plan for these inferred shapes: the operands that overwrite another (the fusion pass marked them),
-    which must keep that operand's shape at any input shape, and the buffers laid out by liveness. Nothing is
+    which must keep that operand's size at any input shape, and the buffers laid out by liveness. Nothing is
     allocated: the backend places the buffers (`ExecutionPlan.place`) once the plan has passed its checks."""
     aliases = {}
     for op in order:
@@ -135,10 +137,11 @@ def layout(order: list, shapes: dict, dtypes: dict, graph_outputs: set, device: 
             source = operand.overwrites
             if source is None:
                 continue
-            if shapes[operand.name] != shapes[source.name]:
+            if (math.prod(shapes[operand.name]) != math.prod(shapes[source.name])
+                    or dtypes[operand.name] != dtypes[source.name]):
                 raise ShapeError(f"{path}: '{op.name}' writes over its input '{source.name}', but at these input "
-                                 f"shapes its output {fmt(shapes[operand.name])} differs from that input's "
-                                 f"{fmt(shapes[source.name])}")
+                                 f"shapes its output {fmt(shapes[operand.name])} {dtypes[operand.name]} does not "
+                                 f"fit that input's {fmt(shapes[source.name])} {dtypes[source.name]}")
             aliases[operand.name] = source.name
     return ExecutionPlan(shapes, dtypes, lifetimes(order, shapes, dtypes, graph_outputs, device), aliases)
 

@@ -198,7 +198,8 @@ def test_activations_overwrite_inputs_nothing_else_reads_and_fuse_into_producers
         np.testing.assert_allclose(out, in_place_reference(keep), rtol=1e-6)
         np.testing.assert_array_equal(x, keep)  # the caller's input is never overwritten
     plan = next(iter(g.plans.values()))
-    assert plan.tensors["e"] is plan.tensors["d"] and "e" not in plan.assignment.slot_of  # no buffer of its own
+    assert np.shares_memory(plan.tensors["e"].data, plan.tensors["d"].data)
+    assert "e" not in plan.assignment.slot_of  # no buffer of its own
     g.forward(np.ones((1, 2, 3, 3), np.float32), trace=True)
     assert "run   e1                           pnnx.Expression+nn.ReLU" in g.last_trace
 
@@ -222,6 +223,124 @@ def test_opencl_graphs_work_in_place_without_fusing(tmp_path, cl_runtime):
         assert fused_ops(g) == {} and aliases(g) == {"b": "a", "e": "d"}
         x = np.random.default_rng(2).standard_normal((1, 2, 3, 3), dtype=np.float32)
         np.testing.assert_allclose(g.forward(x)[0], in_place_reference(x), rtol=1e-6)
+
+
+# views (runtime/fusion.py): v1 and v2 are their input's only readers; h then clamps d in place, so e, d, c share
+# c's buffer. flatten f reads the caller's array, v3's input e is read by cat too, v4 and r3 write graph outputs
+VIEWS = """7767517
+12 11
+pnnx.Input               in0     0 1 x #x=(1,2,3,4)f32
+nn.ReLU                  r0      1 1 x a #a=(1,2,3,4)f32
+Tensor.reshape           v1      1 1 a b shape=(1,6,4) #b=(1,6,4)f32
+pnnx.Expression          p       1 1 b c expr=mul(@0,2) #c=(1,6,4)f32
+Tensor.reshape           v2      1 1 c d shape=(1,24) #d=(1,24)f32
+nn.Hardtanh              h       1 1 d e min_val=-0.5 max_val=0.5 #e=(1,24)f32
+torch.flatten            f       1 1 x g start_dim=1 end_dim=-1 #g=(1,24)f32
+Tensor.view              v3      1 1 e h shape=(1,4,6) #h=(1,4,6)f32
+nn.ReLU                  r3      1 1 h n #n=(1,4,6)f32
+torch.cat                cat     2 1 e g k dim=1 #k=(1,48)f32
+Tensor.reshape           v4      1 1 k m shape=(2,24) #m=(2,24)f32
+pnnx.Output              out     2 0 n m
+"""
+
+
+def views_reference(x):
+    e = np.clip(2 * np.maximum(x, 0).reshape(1, 24), -0.5, 0.5)
+    return [np.maximum(e.reshape(1, 4, 6), 0), np.concatenate([e, x.reshape(1, 24)], axis=1).reshape(2, 24)]
+
+
+def check_views(g, same_buffer) -> None:
+    assert aliases(g) == {"b": "a", "d": "c", "e": "d"}
+    rng = np.random.default_rng(4)
+    for _ in range(3):  # buffers stay right from one forward to the next
+        x = rng.standard_normal((1, 2, 3, 4), dtype=np.float32)
+        keep = x.copy()
+        for got, want in zip(g.forward(x), views_reference(keep)):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+        np.testing.assert_array_equal(x, keep)
+    plan = next(iter(g.plans.values()))
+    assert not {"b", "d", "e"} & set(plan.assignment.slot_of)  # no buffers of their own
+    assert plan.tensors["b"].shape == (1, 6, 4) and plan.tensors["e"].shape == (1, 24)
+    assert same_buffer(plan.tensors["b"], plan.tensors["a"]) and same_buffer(plan.tensors["e"], plan.tensors["c"])
+
+
+def test_reshapes_whose_input_nothing_else_reads_are_views_of_its_buffer(tmp_path):
+    path = tmp_path / "views.pnnx.param"
+    path.write_text(VIEWS)
+    check_views(kuiper.load(path), lambda t, u: np.shares_memory(t.data, u.data))
+
+
+def test_opencl_reshapes_are_views_too(tmp_path, cl_runtime):
+    path = tmp_path / "views.pnnx.param"
+    path.write_text(VIEWS)
+    for schedule in ("inorder", "levels"):
+        g = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device), schedule=schedule)
+        check_views(g, lambda t, u: t.buffer is u.buffer)
+
+
+# copy chains (runtime/copies.py): a window partition v1..t1, cut after p1 because r4 reads c too; a chunk whose
+# pieces go through reshape -> permute (the third only to a ReLU); p5 -> v5 reads a transposed (8, 6) as (6, 8),
+# which no single walk does
+CHAINS = """7767517
+18 19
+pnnx.Input               in0     0 1 x #x=(1,4,6,8)f32
+nn.ReLU                  r0      1 1 x a #a=(1,4,6,8)f32
+Tensor.reshape           v1      1 1 a b shape=(1,4,3,2,4,2) #b=(1,4,3,2,4,2)f32
+Tensor.permute           p1      1 1 b c dims=(0,2,4,3,5,1) #c=(1,3,4,2,2,4)f32
+Tensor.reshape           v2      1 1 c d shape=(1,12,16) #d=(1,12,16)f32
+torch.transpose          t1      1 1 d e dim0=1 dim1=2 #e=(1,16,12)f32
+torch.chunk              ch      1 3 e f0 f1 f2 chunks=3 dim=-1 #f0=(1,16,4)f32 #f1=(1,16,4)f32 #f2=(1,16,4)f32
+Tensor.reshape           v3      1 1 f0 g0 shape=(1,16,2,2) #g0=(1,16,2,2)f32
+Tensor.permute           p3      1 1 g0 h0 dims=(0,2,1,3) #h0=(1,2,16,2)f32
+Tensor.reshape           v4      1 1 f1 g1 shape=(1,16,2,2) #g1=(1,16,2,2)f32
+Tensor.permute           p4      1 1 g1 h1 dims=(0,3,1,2) #h1=(1,2,16,2)f32
+nn.ReLU                  r2      1 1 f2 h2 #h2=(1,16,4)f32
+Tensor.permute           p5      1 1 a k dims=(0,1,3,2) #k=(1,4,8,6)f32
+Tensor.reshape           v5      1 1 k m shape=(1,4,6,8) #m=(1,4,6,8)f32
+pnnx.Expression          add     2 1 h0 h1 n expr=add(@0,@1) #n=(1,2,16,2)f32
+nn.ReLU                  r3      1 1 m o #o=(1,4,6,8)f32
+nn.ReLU                  r4      1 1 c q #q=(1,3,4,2,2,4)f32
+pnnx.Output              out     4 0 n h2 o q
+"""
+
+
+def chains_reference(x):
+    a = np.maximum(x, 0)
+    b = len(x)
+    c = a.reshape(b, 4, 3, 2, 4, 2).transpose(0, 2, 4, 3, 5, 1)
+    e = c.reshape(b, 12, 16).transpose(0, 2, 1)
+    f0, f1, f2 = np.split(e, 3, axis=-1)
+    h0 = f0.reshape(b, 16, 2, 2).transpose(0, 2, 1, 3)
+    h1 = f1.reshape(b, 16, 2, 2).transpose(0, 3, 1, 2)
+    return [h0 + h1, np.maximum(f2, 0), np.maximum(a.transpose(0, 1, 3, 2).reshape(a.shape), 0),
+            np.maximum(c, 0)]
+
+
+def check_chains(g) -> None:
+    chains = {op.name: [a.name for a in op.absorbed] for op in g.order if type(op.layer).__name__ == "CopyChain"}
+    assert chains == {"v1": ["v1", "p1"], "v2": ["v2", "t1"], "ch[0]": ["ch", "v3", "p3"], "ch[1]": ["ch", "v4", "p4"],
+                      "ch[2]": ["ch"], "p5": ["p5", "v5"]}
+    layers = {op.name: op.layer for op in g.order}
+    assert len(layers["v1"].copies((1, 4, 6, 8))) == 1 and len(layers["p5"].copies((1, 4, 6, 8))) == 2
+    rng = np.random.default_rng(5)
+    for batch in (1, 2, 1):
+        x = rng.standard_normal((batch, 4, 6, 8), dtype=np.float32)
+        for got, want in zip(g.forward(x), chains_reference(x)):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_chains_of_moving_operators_are_one_copy(tmp_path):
+    path = tmp_path / "chains.pnnx.param"
+    path.write_text(CHAINS)
+    check_chains(kuiper.load(path))
+    assert len(kuiper.load(path, backend="reference").order) == 18  # the reference runs the file as it is
+
+
+def test_opencl_chains_of_moving_operators_are_one_copy(tmp_path, cl_runtime):
+    path = tmp_path / "chains.pnnx.param"
+    path.write_text(CHAINS)
+    for schedule in ("inorder", "levels"):
+        check_chains(kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device), schedule=schedule))
 
 
 def test_resnet_fuses_every_relu_and_residual_add_into_convolutions_on_numpy():
