@@ -42,7 +42,11 @@ __kernel OWN_LANES void strided_copy(__global T* restrict dst, const int dst_off
         s += r * ss0;
     }
     const int end = min(inner, (j + 1) * span);
-    for (int k = j * span; k < end; ++k) dst[d + k * dd] = src[s + k * sd];
+    if (dd == 1 && sd == 1) {  // rows contiguous on both sides, the usual case: a loop Intel's runtime vectorizes
+        for (int k = j * span; k < end; ++k) dst[d + k] = src[s + k];
+    } else {
+        for (int k = j * span; k < end; ++k) dst[d + k * dd] = src[s + k * sd];
+    }
 #else
     const int i = get_global_id(0);
     if (i >= n) {
