@@ -138,8 +138,8 @@ __kernel void depthwise_conv2d(__global store_t* restrict y, __global const stor
 #define DW 8
 
 // The first `count` lanes of v (all DW but where the row's last block hangs over its end) through the epilogue
-// into y from index at: a whole block on the vector at once (cl/epilogue.h), then straight-line stores the
-// compiler vectorizes.
+// into y from index at: on the vector at once (cl/epilogue.h), then straight-line stores the compiler
+// vectorizes where the block is whole.
 inline void store_block(__global store_t* y, float8 v, long at, int count, EPILOGUE_ARGS) {
     union { float8 v; float s[DW]; } lanes = {v};
     if (count == DW) {
@@ -147,7 +147,8 @@ inline void store_block(__global store_t* y, float8 v, long at, int count, EPILO
         #pragma unroll
         for (int l = 0; l < DW; ++l) STORE(y, at + l, lanes.s[l]);
     } else {
-        for (int l = 0; l < count; ++l) STORE(y, at + l, epilogue(lanes.s[l], residual, at + l, act_a, act_b));
+        lanes.v = epilogue8_part(lanes.v, residual, at, count, act_a, act_b);
+        for (int l = 0; l < count; ++l) STORE(y, at + l, lanes.s[l]);
     }
 }
 

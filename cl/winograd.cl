@@ -219,7 +219,8 @@ __kernel OWN_LANES void winograd_output_rows(__global store_t* restrict y, __glo
             #pragma unroll
             for (int l = 0; l < RUN * WM; ++l) STORE(y, at_row + l, lanes.s[l]);
         } else {
-            for (int l = 0; l < columns; ++l) STORE(y, at_row + l, epilogue(lanes.s[l], residual, at_row + l, act_a, act_b));
+            lanes.v = epilogue16_part(lanes.v, residual, at_row, columns, act_a, act_b);
+            for (int l = 0; l < columns; ++l) STORE(y, at_row + l, lanes.s[l]);
         }
     }
 }

@@ -96,7 +96,7 @@ pnnx.Output              out     1 0 y
     return kuiper.load(path, backend="reference").forward(x)[0], x, graph
 
 
-# in rows 11 wide, the CPU kernels run the epilogue on a vector of 8 outputs, then on 3 one by one
+# in rows 11 wide, the CPU kernels run the epilogue on a vector of 8 outputs, then on one of which 3 are outputs
 ACTIVATIONS = ["nn.LeakyReLU negative_slope=0.1", "nn.GELU"]
 
 
