@@ -3,12 +3,14 @@ as one strided copy from the chain's input.
 
 The copies pass (kuiper/runtime/copies.py) makes these. Each operator of the chain says where its output's
 elements sit given where its input's do (`walked`, on a layers/strided.py Walk); followed from the chain's
-input, the walks give the strides of one copy that writes the chain's output directly. MaxViT's window
-partition, `reshape -> permute -> reshape -> permute -> reshape -> transpose`, is one copy instead of three,
-and a chunk of q, k, v each followed by `reshape -> permute` is three copies instead of six.
+input, the walks give the strides of one copy that writes the chain's output directly. Swin's window
+partition, `reshape -> permute -> reshape`, is one copy instead of two, and a chunk of q, k, v each followed by
+`reshape -> permute` is three copies instead of six.
 
 Where a walk cannot follow (a reshape that would have to split a finer dim it does not divide), the chain
 copies what it has so far into a work buffer and walks on from there: several copies, never a wrong one.
+MaxViT's turn from windows to a grid, `reshape -> permute -> reshape -> permute -> reshape -> transpose`, reads
+a 56-pixel row as 8 x 7 and then as 7 x 8: two copies instead of three.
 """
 
 from __future__ import annotations

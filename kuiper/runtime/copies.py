@@ -1,11 +1,11 @@
 """The copies pass: a chain of operators that only move elements becomes one operator doing one strided copy.
 
 Permute, transpose, a reshape (any ViewLayer) and a piece of a split or chunk each copy their input in
-another order. In a transformer they come in runs: MaxViT-T partitions every map into windows with
-`reshape -> permute -> reshape -> permute -> reshape -> transpose`, and cuts q, k and v from one tensor with a
-chunk whose every piece goes through `reshape -> permute`. Run as written, each operator reads and writes the
-whole tensor; the chain as a whole is still one reordering of its input, which one copy can do
-(kuiper/layers/copy_chain.py).
+another order. In a transformer they come in runs: Swin cuts every map into windows with `reshape -> permute
+-> reshape`, MaxViT turns its windows into a grid with `reshape -> permute -> reshape -> permute -> reshape ->
+transpose`, and cuts q, k and v from one tensor with a chunk whose every piece goes through `reshape ->
+permute`. Run as written, each operator reads and writes the whole tensor; the chain as a whole is still one
+reordering of its input, which one copy can do (kuiper/layers/copy_chain.py; where no one walk does it, a few).
 
 Over the operators in execution order: a chain starts at a moving operator and takes the next one while the
 tensor between them has that one as its only reader and is not a graph input or output. A split or chunk
