@@ -258,10 +258,10 @@ class Gemm:
             return gpu_name(self._gpu_tiles(m, n, stack))
         if self.taps and row >= TAPS_MIN_BLOCK:
             # the widest block that computes few more columns a row than the block that computes the fewest
-            widths = [block[0] for block in self.cpu_blocks if TAPS_MIN_BLOCK <= block[0] <= row]
-            fewest = min(-(-row // width) * width for width in widths)
-            return cpu_name(max(width for width in widths if -(-row // width) * width <= fewest * (1 + TAPS_SLACK)),
-                            True)
+            computed = {width: -(-row // width) * width  # columns a row, the last block sliding back
+                        for width, *_ in self.cpu_blocks if TAPS_MIN_BLOCK <= width <= row}
+            fewest = min(computed.values())
+            return cpu_name(max(w for w, columns in computed.items() if columns <= fewest * (1 + TAPS_SLACK)), True)
         return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n))
 
     @property
