@@ -6,9 +6,10 @@ ImageNet class names (kuiper/data/) ship too: `kuiper run` names the classes of 
 from setuptools import find_packages, setup
 
 setup(
-    packages=[*find_packages(include=["kuiper", "kuiper.*"]), "kuiper.models"],
-    package_dir={"kuiper.models": "models"},
+    packages=[*find_packages(include=["kuiper", "kuiper.*"]), "kuiper.models", "kuiper.cl"],
+    package_dir={"kuiper.models": "models", "kuiper.cl": "cl"},
     package_data={"kuiper": ["data/imagenet_classes.txt"],
+                  "kuiper.cl": ["*.cl", "*.h"],
                   "kuiper.models": ["manifest.json", "resnet18/resnet18.pnnx.param", "resnet18/resnet18.pnnx.bin",
                                     "resnet18/b1_in0.npy", "resnet18/b1_out0.npy"]},
 )

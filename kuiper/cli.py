@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import warnings
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +28,8 @@ from kuiper.errors import ConfigError, KuiperError
 from kuiper.folder import json_float
 from kuiper.layers.reshape import ViewLayer
 from kuiper.runtime.graph import BACKENDS
+from kuiper.shipped import shipped
 
-SOURCE_MODELS = Path(__file__).resolve().parent.parent / "models"  # a source checkout's; a plain install has none
 DEFAULT_MODEL = Path("resnet18", "resnet18.pnnx.param")  # within models/
 FOLDER_BATCH = 8  # images per forward in a folder run, unless --batch says otherwise
 RANDOM_WEIGHTS_NOTE = ("note: this model's weights are random (it was exported untrained: nothing could be "
@@ -722,12 +721,8 @@ def cmd_lesson(args) -> None:
 
 
 def default_model() -> Path:
-    """The embedded ResNet-18: the source checkout's models/ when kuiper runs from one, else the copy that a
-    plain install carries as package data (setup.py maps models/ onto kuiper.models)."""
-    source = SOURCE_MODELS / DEFAULT_MODEL
-    if source.exists():  # not just models/: another distribution may have put a models/ in site-packages
-        return source
-    return Path(resources.files("kuiper")) / "models" / DEFAULT_MODEL
+    """The embedded ResNet-18, from the checkout's models/ or the copy an install carries (kuiper/shipped.py)."""
+    return shipped("models") / DEFAULT_MODEL
 
 
 def _require(path: Path, what: str) -> None:

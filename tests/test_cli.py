@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper import cli, inspection
+from kuiper import cli, inspection, shipped
 from kuiper.cli import CliError, main
 from kuiper.runtime.graph import RuntimeGraph
 from kuiper.runtime.executor import NumpyExecutor
@@ -179,14 +179,13 @@ def test_inspect_json_gives_the_rows_totals_memory_and_fusion(capsys):
 
 def test_the_default_model_is_the_package_data_without_a_source_checkout(tmp_path, capsys, monkeypatch):
     # a plain install: no models/ beside the package, only what setup.py maps into kuiper/models
-    monkeypatch.setattr(cli, "SOURCE_MODELS", tmp_path / "models")
     installed = tmp_path / "site-packages" / "kuiper"
     (installed / "models" / "resnet18").mkdir(parents=True)
     for name in ("manifest.json", "resnet18/resnet18.pnnx.param", "resnet18/resnet18.pnnx.bin",
                  "resnet18/b1_in0.npy", "resnet18/b1_out0.npy"):
         # copies: a symlink would resolve back to the checkout, whose manifest's other cases are all there
         shutil.copy(Path(kuiper.__file__).parent.parent / "models" / name, installed / "models" / name)
-    monkeypatch.setattr(cli.resources, "files", lambda package: installed if package == "kuiper" else None)
+    monkeypatch.setattr(shipped, "PACKAGE", installed)
     assert cli.default_model() == installed / "models" / "resnet18" / "resnet18.pnnx.param"
     status, out, _ = run(["run", "--json"], capsys)
     assert status == 0 and json.loads(out)["reference"]["matches"] is True

@@ -24,10 +24,11 @@ import numpy as np
 
 from kuiper.errors import BackendError, KernelBuildError
 from kuiper.opencl import binaries
+from kuiper.shipped import shipped
 from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_device, target_features
 from kuiper.tensor import Tensor, normalize_shape
 
-CL_DIR = Path(__file__).resolve().parent.parent.parent / "cl"
+CL_DIR = shipped("cl")
 # how float32 tensors and weights are stored on the device; kernels compute in float either way (cl/store.h)
 PRECISIONS = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
