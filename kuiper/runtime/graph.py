@@ -37,10 +37,12 @@ from kuiper.errors import BackendError, ConfigError, GraphError, ShapeError, Uns
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
+from kuiper.pnnx.dtypes import numpy_dtype
 from kuiper.runtime import checks, copies, fusion, memory
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
 from kuiper.runtime.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
-    INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter, numpy_dtype,
+    INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter,
+    link_successors,
 )
 from kuiper.runtime.opencl_executor import OpenCLExecutor
 from kuiper.runtime.planner import ExecutionPlan, layout
@@ -135,11 +137,7 @@ class RuntimeGraph:
             for operand in op.output_operands:
                 operand.producer = op
             self.operators.append(op)
-        for op in self.operators:
-            successors = []
-            for operand in op.output_operands:
-                successors += [c for c in operand.consumers if c not in successors]
-            op.successors = successors
+        link_successors(self.operators)
         checks.structure(self.operators, self.param_path)
         self.input_operators = [op for op in self.operators if op.type == INPUT]
         self.output_operands = [operand for op in self.operators if op.type == OUTPUT

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kuiper.pnnx.dtypes import numpy_dtype  # noqa: F401  (runtime records carry numpy dtypes)
 
 INPUT, OUTPUT, TUPLE = "pnnx.Input", "pnnx.Output", "prim::TupleConstruct"
 #: operators the graph itself handles: they move tensors around but compute nothing
