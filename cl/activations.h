@@ -15,12 +15,11 @@
 T clip##S(T x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }                                 \
                                                                                                                 \
 /* 2^t from operators only: PoCL leaves a built-in such as exp() a call per element inside a kernel's unrolled  \
-   stores (gemm_cpu's, the depthwise rows'), which kept their fused SiLU from vectorizing: EfficientNet-V2-S's   \
-   100 convolutions with SiLU took 35 ms of its 57, 23 with the activation left out. 2^t is 2^n (built in the   \
-   exponent bits) times 2^f, |f| <= 1/2, by its Taylor polynomial of degree 7 (relative error below 1e-7 before \
-   float rounding). Below 2^-126 it gives 0, beyond 2^128 infinity; NaN stays NaN. Adding 1.5 * 2^23 rounds t   \
-   to an integer n and leaves n in the low bits of the sum, so n reaches the exponent by bit casts alone, with  \
-   no conversion (convert_int8 would be a call on PoCL). */                                                     \
+   stores (gemm_cpu's, the depthwise rows'), which keeps their fused SiLU from vectorizing (docs/tuning.md).    \
+   2^t is 2^n (built in the exponent bits) times 2^f, |f| <= 1/2, by its Taylor polynomial of degree 7          \
+   (relative error below 1e-7 before float rounding). Below 2^-126 it gives 0, beyond 2^128 infinity; NaN       \
+   stays NaN. Adding 1.5 * 2^23 rounds t to an integer n and leaves n in the low bits of the sum, so n reaches  \
+   the exponent by bit casts alone, with no conversion (convert_int8 would be a call on PoCL). */               \
 T exp2_fit##S(T t) {                                                                                            \
     const T n = (t + 12582912.0f) - 12582912.0f;  /* t rounded to the nearest integer (|t| < 2^22) */          \
     const T f = t - n;                                                                                          \
@@ -56,9 +55,8 @@ T act_hardswish##S(T x, float a, float b) { return x * clip##S(x / 6.0f + 0.5f, 
    with a Q(a) = -v 2^(P(v) - k a^2), v = -a / (a + 3), k = log2(e) / 2: the numpy backend's formula             \
    (kuiper/cpu/activations.py, _GELU_P, fitted by tools/fit_gelu.py; relative error below 2.5e-7), full          \
    precision in the far negative tail (float32 rounding brings it to 7e-6 at x = -11.6). One division, P and    \
-   exp2_fit: Numerical Recipes' erfc took a second polynomial, 0.80 ms against 0.67 for ConvNeXt-T's GELU over  \
-   3136 x 384 floats (Debian PoCL, Zen 4), and was less precise (1.7e-5). x is clamped at 40 from above, where   \
-   GELU(x) = x: +inf would make v inf/inf. NaN stays NaN. */                                                     \
+   exp2_fit: Numerical Recipes' erfc takes a second polynomial, is slower and less precise (1.7e-5). x is        \
+   clamped at 40 from above, where GELU(x) = x: +inf would make v inf/inf. NaN stays NaN. */                     \
 T act_gelu##S(T x, float a_, float b_) {                                                                        \
     const T c = x > 40.0f ? 40.0f : x;                                                                          \
     const T a = c < 0.0f ? -c : c;                                                                              \

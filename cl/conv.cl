@@ -13,9 +13,9 @@
 // or 0 where the tap falls in the padding. Work-item (s, row, z) fills `span` consecutive pixels of one
 // output row: span segment s % segments of output row s / segments. CPUs take whole rows (span = out_w) where
 // rows are long (else im2col_pixels below): the padding test splits the row into three plain loops, with no
-// division per pixel (a per-pixel division runs 10-25x slower on PoCL). GPUs take one pixel each (span = 1),
-// so that neighbouring work-items write neighbouring addresses. Global size (out_h * segments, rows,
-// items * groups); the chunk's first image starts x_offset elements into x.
+// division per pixel (a per-pixel division is many times dearer than the rest on PoCL). GPUs take one pixel
+// each (span = 1), so that neighbouring work-items write neighbouring addresses. Global size (out_h * segments,
+// rows, items * groups); the chunk's first image starts x_offset elements into x.
 __kernel OWN_LANES void im2col(__global store_t* restrict col, __global const store_t* restrict x, const long x_offset,
                      const int span, const int groups, const int cin_g, const int height, const int width,
                      const int out_h, const int out_w, const int kernel_h, const int kernel_w,
@@ -47,8 +47,7 @@ __kernel OWN_LANES void im2col(__global store_t* restrict col, __global const st
 // exactly out_h * out_w pixels in dimension 0, the ragged end apart), so PoCL computes neighbouring pixels as
 // the lanes of a vector. The pixel's output row is (p + 0.5) * (1 / out_w) rounded down, exact below 2^22
 // pixels (the float error is under 0.5 / out_w there), not by an integer division per pixel (see above).
-// Debian PoCL on 2 Zen 4 cores, ms, rows / pixels: 512 channels 3x3 at 7x7 0.24/0.09, 256 at 14x14 0.27/0.15,
-// at 24x24 0.51/0.61; stride 2, 256 channels 14x14 -> 7x7 0.12/0.04, 64 channels 56x56 -> 28x28 0.19/0.19.
+// Faster than whole rows on short rows only (docs/tuning.md).
 __kernel OWN_LANES void im2col_pixels(__global store_t* restrict col, __global const store_t* restrict x,
                             const long x_offset, const float inv_out_w, const int cin_g, const int height,
                             const int width, const int out_h, const int out_w, const int kernel_h,
@@ -102,8 +101,8 @@ __kernel void col2im(__global store_t* restrict y, const long y_offset, __global
 //   depthwise_rows     CPUs: work-item (oy, z) computes output row oy of plane z, DW pixels at a time in a
 //                      floatDW, one vector load and multiply-add per tap, from a copy of the input with its
 //                      padding written out and its columns split by the stride SW (pad_planes), so that no
-//                      load needs a bounds test and a tap's lanes are consecutive at any stride. PoCL ran the per-pixel
-//                      kernel one pixel at a time (about 1 GMAC/s). Global size (out_h, items * channels).
+//                      load needs a bounds test and a tap's lanes are consecutive at any stride. PoCL runs the
+//                      per-pixel kernel one pixel at a time. Global size (out_h, items * channels).
 #ifdef KH
 __kernel void depthwise_conv2d(__global store_t* restrict y, __global const store_t* restrict x,
                                __global const store_t* restrict weight, __global const store_t* restrict bias,
@@ -173,8 +172,8 @@ __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global co
     const float b = has_bias ? LOAD(bias, o) : 0.0f;
     const long first = (plane * out_h + oy) * out_w;
     for (int ox = 0; ox < out_w; ox += DW) {
-        // a sum per kernel row: KH independent chains of KW multiply-adds. One chain of KH * KW waited on each
-        // multiply-add's latency: 7x7 over 384 planes of 14 x 14 took 0.40 ms, now 0.14 (Debian PoCL, Zen 4)
+        // a sum per kernel row: KH independent chains of KW multiply-adds. One chain of KH * KW would wait on
+        // each multiply-add's latency
         float8 row_sums[KH];
         #pragma unroll
         for (int i = 0; i < KH; ++i) {
@@ -251,8 +250,8 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
 // Work-item (r, z) writes padded row r of plane z. Global size (padded_h, planes). Built with the rows kernel's
 // options: the column stride a constant here too.
 // The loop runs over phase columns k, writing column k of every phase from SW consecutive inputs: one wide
-// load split into the phases. A loop per phase, each reading every SW-th input, did not vectorize at SW = 2
-// (256 planes of 112 x 112, Debian PoCL on a Zen 4: 1.6 ms, 5x the copy at SW = 1).
+// load split into the phases. A loop per phase, each reading every SW-th input, does not vectorize at SW = 2
+// on PoCL.
 #ifdef SW
 // padded column c of a row, 0 in the padding (the row inside the input or not)
 inline float padded_at(const __global store_t* in, bool inside, int c, int left, int width) {

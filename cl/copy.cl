@@ -29,7 +29,7 @@ __kernel OWN_LANES void strided_copy(__global T* restrict dst, const int dst_off
 #ifdef ROWS
     // CPUs: work-item (j, row) copies run j of `span` elements of innermost row `row` (of slot 5, or of the one
     // dim when rank is 1): the divisions find the row, once per run, and the loop along it is one PoCL
-    // vectorizes (a division per element made permutes ~10x slower there)
+    // vectorizes (a division per element makes permutes many times slower there)
     const int j = get_global_id(0);
     int r = get_global_id(1), d = dst_offset, s = src_offset, inner = n, dd = ds0, sd = ss0;
     if (rank > 1) {

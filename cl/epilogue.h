@@ -33,11 +33,10 @@ inline float epilogue(float v, __global const store_t* residual, long i, float a
 // epilogue4, epilogue8, epilogue16: the same on N consecutive values, the lanes of v from index i, with the
 // activation's vector form (cl/activations.h). Kernels that hold their outputs in vectors (gemm_cpu,
 // depthwise_rows, grouped_rows, winograd_output_rows) call these before storing the lanes, so that the formula
-// is vector code on every CPU driver: value by value, an exponential stayed scalar code in their stores. The
-// exact GELU there cost 1.2 ns an element against 0.56 in an activation kernel of its own (Debian PoCL, Zen 4);
-// on Intel's runtime, which does not merge OWN_LANES kernels' work-items into vectors, SiLU after a 1x1
-// convolution at 56x56 took 3.3 ms, 1.3 now. Kernels whose work-items the drivers do merge (winograd_output)
-// keep the scalar epilogue: explicit vectors there slowed PoCL down.
+// is vector code on every CPU driver: value by value, an exponential stays scalar code in their stores, slower
+// than an activation kernel of its own on PoCL and than the vector form on Intel's runtime, which does not merge
+// OWN_LANES kernels' work-items into vectors. Kernels whose work-items the drivers do merge (winograd_output)
+// keep the scalar epilogue: explicit vectors there slow PoCL down.
 #define KUIPER_PASTE_(a, b) a##b
 #define KUIPER_PASTE(a, b) KUIPER_PASTE_(a, b)
 #ifdef ACT
@@ -47,7 +46,8 @@ inline float epilogue(float v, __global const store_t* residual, long i, float a
 #endif
 // epilogue8_part and the like: the same where only the first `count` lanes are outputs (the last block of a
 // row): the residual is read for those alone, and the activation still runs on the whole vector. Lane by lane,
-// a GELU after a depthwise convolution of 7x7 planes (every block partial) took 6x the convolution on PoCL.
+// an activation after a depthwise convolution of 7x7 planes (every block partial) costs several times the
+// convolution on PoCL.
 #define VECTOR_EPILOGUE(T, N)                                                                                  \
     inline T epilogue##N##_part(T v, __global const store_t* residual, long i, int count, float act_a,         \
                                 float act_b) {                                                                 \

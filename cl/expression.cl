@@ -132,9 +132,9 @@ int offset(const int8 c, const int8 strides) {
 // ndim: how many of the 8 dims are left after merging. With ROWS (CPUs), work-item (s, r) computes the run
 // s of `span` elements of row r of the innermost dim: the other coordinates, and each input's offset there
 // (base##k, declared by BASES), are found once per run, and the loop along the row is one PoCL vectorizes.
-// With a division per element, a squeeze-excitation product (N, C, H, W) * (N, C, 1, 1) took ~3 ns per
-// element. Global size (runs per row, rows). Without ROWS (GPUs), work-item (i, 0) computes element i, for
-// neighbouring addresses in neighbouring work-items. Global size (n rounded up, 1).
+// A division per element would cost more than the formula (docs/tuning.md). Global size (runs per row, rows).
+// Without ROWS (GPUs), work-item (i, 0) computes element i, for neighbouring addresses in neighbouring
+// work-items. Global size (n rounded up, 1).
 __kernel OWN_LANES void expression(__global store_t* restrict out, const int n, const int span, const int ndim,
                          const int8 dims, INPUTS) {
 #ifdef ROWS

@@ -62,7 +62,7 @@ inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, 
 #if VN == 16
 #define floatV float16
 #define epilogueV epilogue16
-#ifdef KUIPER_HALF  // one call, not 16 inlined conversions: PoCL compiled the unrolled form for 3-5 s a launch size
+#ifdef KUIPER_HALF  // one call, not 16 inlined conversions: PoCL compiles the unrolled form for seconds
 #define LOADV(p) vload_half16(0, p)
 #else
 #define LOADV(p) (float16)(LOAD(p, 0), LOAD(p, 1), LOAD(p, 2), LOAD(p, 3), LOAD(p, 4), LOAD(p, 5), LOAD(p, 6), \
@@ -161,8 +161,7 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
         if (fresh == 0 && consecutive) {
             // the common case, unrolled with the row's bias value or the columns': straight-line stores the
             // compiler vectorizes. The general loop below costs more than the products when K is short
-            // (Winograd's K = Cin = 64: 33 GMAC/s against 77 at K = 4608; ConvNeXt-T's first Linears, K = 96,
-            // 44 GMAC/s against 99 for the second, K = 384; PoCL, Zen 4)
+            // (Winograd's K = Cin, ConvNeXt-T's first Linears' K = 96)
             const float b = bias_mode == 1 ? LOAD(bias, g * M + m) : 0.0f;
             #pragma unroll
             for (int v = 0; v < NV; ++v) {  // the epilogue on whole vectors (cl/epilogue.h), then their lanes stored

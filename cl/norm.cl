@@ -10,8 +10,8 @@
 #include "group_reduce.h"
 
 // this work-item's share of a row's sum of x - shift (squared when `squares`): the elements lid, lid + size, ...
-// of the row that starts at `start`, in eight running sums. One sum waited on each addition's latency: on CPUs,
-// where a work-item takes a row alone, LayerNorm over (3136, 96) took 0.56 ms, now 0.15 (Debian PoCL, Zen 4)
+// of the row that starts at `start`, in eight running sums: one sum would wait on each addition's latency where
+// a work-item takes a row alone (CPUs)
 inline float partial_sum(__global const store_t* x, long start, int length, int lid, int size, float shift,
                          bool squares) {
     float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};

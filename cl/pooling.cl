@@ -15,13 +15,13 @@ int3 output_position(int i, int out_h, int out_w) {
 }
 
 // PyTorch's max: a larger value or a NaN takes over, so a NaN stays once met (as numpy's maximum).
-// (x != x rather than isnan(): PoCL calls isnan out of line, which made this kernel twice as slow)
+// (x != x rather than isnan(): PoCL calls isnan out of line, which makes this kernel much slower)
 bool takes_over(float candidate, float best) { return candidate > best || candidate != candidate; }
 
 // ---- windows: output o along an axis starts at o * stride - padding, its taps lie dilation apart ----------
 // Work-item (s, z) pools `span` consecutive outputs of one output row of plane z: segment s % segments of row
-// s / segments. CPUs take whole rows (span = out_w): no division per output, which PoCL runs 10-25x slower
-// than the rest (ResNet-18's max pool: 1.8 ms per output, 0.2 ms per row). GPUs take one output each
+// s / segments. CPUs take whole rows (span = out_w): no division per output, which PoCL runs many times slower
+// than the rest. GPUs take one output each
 // (span = 1), so that neighbouring work-items write neighbouring addresses. Global size (out_h * segments,
 // planes). Returns false for a work-item past the last row.
 inline bool row_span(int s, int out_h, int out_w, int span, int* oy, int* begin, int* end) {
@@ -85,10 +85,8 @@ __kernel void max_pool2d(WINDOW_ARGS, const int dilation_h, const int dilation_w
 // max_pool2d on CPUs, for one window built in (-DKH, -DKW, -DSH, -DSW, -DDH, -DDW): work-item (oy, z) computes
 // output row oy of plane z, eight outputs at a time in the lanes of a float8. A row of taps reads the SPAN
 // input columns the eight windows cover into registers (straight loads where they all lie inside the row),
-// and each tap column is one vector max of lanes SW apart. max_pool2d merged across rows gathers each tap.
-// ResNet-18's 3x3/2 pool of 64 planes of 112x112, batch 1/8 (Zen 4, 2 threads), max_pool2d -> this: Intel's
-// runtime 0.72/8.7 -> 0.22/1.5 ms, Debian PoCL 0.64/7.2 -> 0.48/4.5, the PoCL wheel 1.2/5.1 -> 0.47/2.3.
-// Global size (out_h, planes).
+// and each tap column is one vector max of lanes SW apart. max_pool2d merged across rows gathers each tap,
+// and is slower on every CPU driver (docs/tuning.md). Global size (out_h, planes).
 #ifdef KW
 #define LANES 8
 #define SPAN ((LANES - 1) * SW + (KW - 1) * DW + 1)

@@ -6,11 +6,10 @@
 //
 // GPUs: work-item i computes output element i, so consecutive work-items write consecutive elements.
 // CPUs (-DGRID): work-item (ox, oy, z) computes output pixel (oy, ox) of plane z. The range gives the position,
-// so no division finds it (10-25x dearer than the rest on PoCL), and PoCL runs neighbouring work-items as the
-// lanes of one vector. That takes straight-line code: the tap loops are unrolled, dimension 0 is exactly the
-// output width (the host launches the ragged end apart, at an offset), since a bounds check or a clamped
-// column made PoCL store lane by lane (bilinear 28x28 -> 224x224 of 21 planes, Debian PoCL on a Zen 4: 2.3 ms
-// as rows of 16 planes, 2.3 with a bounds check, 1.3 without).
+// so no division finds it (many times dearer than the rest on PoCL), and PoCL runs neighbouring work-items as
+// the lanes of one vector. That takes straight-line code: the tap loops are unrolled, dimension 0 is exactly
+// the output width (the host launches the ragged end apart, at an offset), since a bounds check or a clamped
+// column makes PoCL store lane by lane.
 //
 // The built-ins of the tap arithmetic (floor, fmin, clamp) are written as comparisons: each is a call on PoCL.
 
@@ -23,7 +22,8 @@
 
 inline int floor_int(float v) {
     const int t = (int)v;  // rounds toward zero
-    // with (float)t > v alone PoCL ran the bilinear grid 3x slower (a floorf call per element, it seems)
+    // not (float)t > v alone: with that, PoCL ran the bilinear grid several times slower (a floorf call per
+    // element, it seems)
     return v < 0.0f && (float)t != v ? t - 1 : t;
 }
 

@@ -7,10 +7,10 @@
 //
 // The host builds them with -DWM=m and the matrices' entries row by row (-DWINO_BT=..., -DWINO_AT=...): after
 // unrolling, every matrix entry is a constant, and the `!= 0.0f` tests drop the terms with a zero entry at
-// compile time. The products are a macro (PRODUCT): PoCL does not fold the entries through
-// a function's array argument (2-4x slower transforms). V and M, the transformed tiles, are float whatever the
-// storage precision: the transforms add numbers up to ~100x the inputs' size that cancel in the end, which
-// half would round away.
+// compile time. The products are a macro (PRODUCT): PoCL does not fold the entries through a function's array
+// argument, which makes the transforms several times slower. V and M, the transformed tiles, are float
+// whatever the storage precision: the transforms add numbers up to ~100x the inputs' size that cancel in the
+// end, which half would round away.
 //
 // A launch covers the `tiles` tiles of a chunk of whole tile rows, from row `first` of the batch's tile rows on
 // (the host keeps a chunk's V and M in the cache on CPUs). Tile t of the chunk is tile g = first * tiles_w + t
@@ -65,7 +65,7 @@ __kernel OWN_LANES void winograd_input(__global float* restrict V, __global cons
 }
 
 // Not OWN_LANES: Intel's runtime then merges work-items into vector lanes as PoCL does, which makes a fused
-// activation vector code (SiLU after 48 channels at 56x56: 0.99 -> 0.72 ms; Zen 4, 2 threads)
+// activation vector code
 __kernel void winograd_output(__global store_t* restrict y, __global const float* restrict M,
                               __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,
                               const int channels, const int out_h, const int out_w, const int tiles_h,
@@ -103,10 +103,9 @@ __kernel void winograd_output(__global store_t* restrict y, __global const float
 // The four tiles' values sit in the lanes of float4s: each transform step is one vector operation for four
 // tiles, and the 36 stores are four consecutive floats each. (Neighbouring tiles overlap by two columns, so the
 // run reads 18 columns a row.) Intel's runtime runs winograd_input as scalar code (OWN_LANES; merged, its
-// gathers made ResNet-18 slower at batch 1) and the PoCL wheel's AVX2 merge of it is slow too: 64 channels at
-// 56x56, batch 8, 9.2 -> 3.5 ms on Intel's runtime (3.9 merged) and 8.9 -> 3.7 on the wheel (Zen 4, 2 threads). PoCL compiling for
-// AVX-512 merges winograd_input into 16-lane vectors and keeps it (2.4 ms there; rows 4.9): the rule's choice
-// (kuiper/opencl/winograd.py). Global size (tile rows of the batch * runs a row, channels).
+// gathers make ResNet-18 slower at batch 1), and the PoCL wheel's AVX2 merge of it is slow too. PoCL compiling
+// for AVX-512 merges winograd_input into 16-lane vectors and is faster with it than with this kernel: the
+// rule's choice (kuiper/opencl/winograd.py). Global size (tile rows of the batch * runs a row, channels).
 #define RUN 4
 #define SPAN (RUN * WM + 2)
 
@@ -175,9 +174,8 @@ __kernel OWN_LANES void winograd_input_rows(__global float* restrict V, __global
 
 // winograd_output for CPUs, as winograd_input_rows: a work-item per output channel and run of four tiles of a
 // tile row, the tiles in the lanes of float4s. Each of its output rows is 16 consecutive outputs (for F(4x4)
-// only), which go through the vector epilogue (epilogue16) and out together. Global size as
-// winograd_input_rows'. Against winograd_output (Zen 4, 2 threads, 64 channels at 56x56): Intel's runtime
-// 0.28 -> 0.19 ms at batch 1, the PoCL wheel 5.3 -> 2.2 at batch 8.
+// only), which go through the vector epilogue (epilogue16) and out together, faster than winograd_output on
+// Intel's runtime and the PoCL wheel. Global size as winograd_input_rows'.
 #if WM == 4
 __kernel OWN_LANES void winograd_output_rows(__global store_t* restrict y, __global const float* restrict M,
                                    __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,

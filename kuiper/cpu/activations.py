@@ -2,23 +2,23 @@
 
 SiLU and Hardswish read x again after their first step has written `out`: the reference layers cannot work
 in place, so EfficientNet's and MobileNet-v3's activations ran as operators of their own, one more pass over
-memory each (EfficientNet-B0: 49 SiLUs, 10 of its 36 ms on 2 threads of a Zen 4). Here each formula runs on
-blocks (of BLOCK elements; GELU's are larger) through work blocks of its own, which makes them `in_place`: the
-fusion pass then runs them on each band of the convolution's output while it is still in the cache
-(runtime/fusion.py), or on each chunk of rows of a Linear's (kuiper/cpu/linear.py).
+memory each (EfficientNet-B0 has 49 SiLUs). Here each formula runs on blocks (of BLOCK elements; GELU's are
+larger) through work blocks of its own, which makes them `in_place`: the fusion pass then runs them on each
+band of the convolution's output while it is still in the cache (runtime/fusion.py), or on each chunk of rows
+of a Linear's (kuiper/cpu/linear.py).
 
-SiLU is also computed in fewer passes, as x / (1 + 2^(-x log2 e)): 36 us per 64K floats on one core here, the
-reference's overflow-free x * sigmoid(x) 81 us (numpy's float32 exp2 takes half the time of its exp). e^-x
-overflows to inf below x = -88, where x / inf gives the -0 that x * sigmoid(x) rounds to anyway (and NaN at
--inf, as the reference gives).
+SiLU is also computed in fewer passes, as x / (1 + 2^(-x log2 e)), than the reference's overflow-free
+x * sigmoid(x), and numpy's float32 exp2 is faster than its exp. e^-x overflows to inf below x = -88, where
+x / inf gives the -0 that x * sigmoid(x) rounds to anyway (and NaN at -inf, as the reference gives).
 
-GELU's reference, x·erfc(-x/√2)/2 through Numerical Recipes' erfc, takes about 33 passes (245 us per 64K floats
-on one core here) and reads x last. Here it is max(x, 0) - |x|·Q(|x|), Q the normal distribution's upper tail,
-by a fit of its own (see FastGELU) in 25 passes, 150 us; approximate='tanh' is x / (1 + 2^(-2u log2 e)) like
-SiLU, 72 us against 117.
+GELU's reference, x·erfc(-x/√2)/2 through Numerical Recipes' erfc, takes about 33 passes and reads x last.
+Here it is max(x, 0) - |x|·Q(|x|), Q the normal distribution's upper tail, by a fit of its own (see FastGELU)
+in 25 passes; approximate='tanh' is x / (1 + 2^(-2u log2 e)) like SiLU.
 
-ReLU is np.clip(x, 0, inf) here: np.maximum against a scalar ran 2.6x slower than clip (25 against 9.5 us per
-64K floats), and ReLU follows most convolutions of ResNets and RegNets.
+ReLU is np.clip(x, 0, inf) here: np.maximum against a scalar is slower than clip, and ReLU follows most
+convolutions of ResNets and RegNets.
+
+docs/tuning.md keeps the timings of these formulas and of FastGELU.block.
 """
 
 from __future__ import annotations
@@ -129,9 +129,8 @@ _TANH_B = _TANH_A * 0.044715
 @fast("nn.GELU", "F.gelu")
 class FastGELU(ThroughWorkBlock, GELU):
     work_blocks = 3
-    #: each numpy call lets Python's GIL go and takes it back, 25 calls a block here: on 4.8M floats, blocks of
-    #: 64K took 13.2 ms on one thread and 10.1 on two, blocks of 256K 12.5 and 6.6 (the work blocks, 3 MB, then
-    #: live in the L3 cache); ConvNeXt-T's Linear+GELU operators took 48.4 ms, then 44.9
+    #: each numpy call lets Python's GIL go and takes it back, 25 calls a block here: larger blocks make fewer
+    #: hand-overs, and their work blocks (3 MB) still fit the L3 cache
     block = 4 * BLOCK
 
     def formula(self, x, out, b, v, p):

@@ -1,9 +1,9 @@
 """The fast global average pooling (AdaptiveAvgPool2d to 1x1, as in every squeeze-excitation block): the mean of
 each plane as one matrix-vector product, the planes as rows times a column of 1 / (H*W).
 
-BLAS's GEMV reads the planes once at full speed where np.mean's reduction runs 3-7x slower: one thread of a Zen 4,
-us, np.mean / GEMV: 32 planes of 112x112 70/23, 240 of 28x28 38/9, 1152 of 7x7 34/5. It stays on the calling
-thread: handing half of it to another thread cost more than it saved at every size EfficientNet-B0 pools.
+BLAS's GEMV reads the planes once at full speed, where np.mean's reduction runs several times slower. It stays
+on the calling thread: handing half of it to another thread costs more than it saves at the sizes
+squeeze-excitation blocks pool (docs/tuning.md keeps the timings).
 Other output sizes, and arrays whose planes are not rows of one matrix, run the reference.
 """
 

@@ -6,8 +6,8 @@ Every array larger than a few KiB that a forward needs besides its inputs and ou
 between forwards (kuiper/cpu/scratch.py), reallocated only when the input shapes change: the projections, the
 contiguous heads, the scores and their row statistics, a converted mask. A new multi-megabyte array costs a page
 fault on each of its 4 KiB pages when first written: on Swin-T's first-stage MHA (64 windows x 49 tokens x 96),
-the arrays the layer made afresh at every call came to about 14 MB and 3,400 page faults, which took longer than
-all its arithmetic on a 2-core VM. `buffers` names what a forward takes at given input shapes, so
+arrays made afresh at every call would come to about 14 MB and 3,400 page faults, which can take longer than
+all the layer's arithmetic (docs/tuning.md). `buffers` names what a forward takes at given input shapes, so
 `workspace_bytes` reports exactly what is kept.
 """
 

@@ -1,10 +1,10 @@
 """Which kernels numpy's OpenBLAS runs, and the fix when it does not know the CPU.
 
 OpenBLAS picks its kernels when it loads, from the CPU's model number. A CPU newer than the OpenBLAS build
-gets kernels by a fallback: numpy 2.4's OpenBLAS 0.3.31 runs its Haswell (AVX2) kernels on an AMD Zen 5,
-which has AVX-512, and multiplies float32 matrices at about half the speed of its SkylakeX (AVX-512) kernels
-(sgemm 2048x2048 on 2 threads: 264 against 485 GFLOP/s, as reported in issue #16). The environment variable
-OPENBLAS_CORETYPE, read only when the library loads, overrides the choice.
+gets kernels by a fallback: numpy 2.4's OpenBLAS 0.3.31 runs its Haswell (AVX2) kernels on AMD CPUs newer than
+itself that have AVX-512, and multiplies float32 matrices at about half the speed of its SkylakeX (AVX-512)
+kernels (docs/tuning.md). The environment variable OPENBLAS_CORETYPE, read only when the library loads,
+overrides the choice.
 
 Where kuiper starts the process (the `kuiper` command, `python -m kuiper`, the benchmarks) it runs itself
 again with OPENBLAS_CORETYPE=SkylakeX when it sees that misreading (`restart_if_misread`). A program that

@@ -18,10 +18,10 @@ image: the depthwise variants sum the taps with einsum instead (`_depthwise_rule
 im2col stays faster).
 
 Winograd does (a/m)^2 / 9 of im2col's multiplies, but with numpy its transforms cost about as much as its
-GEMMs: ResNet-18's 3x3 layers run 1.15-1.35x faster with F(4x4) and 1.05-1.15x with F(2x2), not 4x and 2.25x.
-Images with too few tiles to pay for reading the larger transformed weights stay on im2col (see
-WINOGRAD_MIN_TILES). The rule (`Conv2d._rule`) picks a variant per input shape; the graph fixes the choice
-when it plans a shape (kuiper/variants.py), which makes Winograd's transformed weights then, not in a forward.
+GEMMs, so it gains far less than the 4x (F(4x4)) and 2.25x (F(2x2)) its multiplies promise. Images with
+too few tiles to pay for reading the larger transformed weights stay on im2col (see WINOGRAD_MIN_TILES).
+The rule (`Conv2d._rule`) picks a variant per input shape; the graph fixes the choice when it plans a shape
+(kuiper/variants.py), which makes Winograd's transformed weights then, not in a forward.
 
 kuiper's threads (kuiper/cpu/threads.py) share each convolution: bands of output rows when the image is big
 enough for every thread to get a band worth a GEMM (and, for Winograd, its transformed weights small enough
@@ -29,6 +29,9 @@ for every thread to read), else its channels (Winograd's input channels, then it
 input channels with the partial products summed); the depthwise variants always split the channels. A sum and
 an activation fused after the convolution (kuiper/layers/fused.py) run on each band as soon as its bias is
 added, while it is still in the cache.
+
+The constants below are set by benchmarks/conv2d.py and by per-operator profiles (`kuiper run MODEL
+--profile`); docs/tuning.md keeps the measurements.
 """
 
 from __future__ import annotations
@@ -48,40 +51,32 @@ from kuiper.layers.fused import Epilogue
 from kuiper.variants import Variant, Variants
 
 #: im2col runs over bands of output rows whose column matrix is at most about this size, which bounds its
-#: memory for any image size. With kuiper's threads, fewer and larger bands won: on 2 cores ResNet-18's stem
-#: took 2.0 ms in one 3.7 MB band per thread against 2.2-2.9 ms in four 0.9 MB bands each (every numpy call a
-#: thread makes must take the GIL back, and the other thread often holds it).
+#: memory for any image size. With kuiper's threads few large bands beat many small ones: every numpy call a
+#: thread makes must take the GIL back, and the other thread often holds it.
 COLUMN_BYTES = 4 << 20
 
-#: copying one float into im2col's column matrix takes about as long as this many of its GEMM's multiply-adds
-#: (as kuiper/cpu/depthwise.py's GEMM_SPEEDUP): whether an image is cut into a band per thread counts both. With
-#: the GEMM alone, RegNet-X-400MF's grouped 3x3 convolutions (16 channels a group: a thin GEMM, a large copy) ran
-#: on one thread: 32 channels 112x112 -> 56x56 in 1.17-1.27 ms, in 0.76 ms on 2 threads; its stem 0.70-0.76 ms,
-#: then 0.58-0.60 (2 threads of a Zen 4)
+#: copying one float into im2col's column matrix costs about as much as this many of its GEMM's multiply-adds
+#: (as kuiper/cpu/depthwise.py's GEMM_SPEEDUP): whether an image is cut into a band per thread counts both, so
+#: that a thin GEMM behind a large copy (a grouped convolution's) is shared too.
 IM2COL_COPY_MACS = 32
 
 #: Winograd runs over bands of tile rows whose work buffers (three per thread) hold about this much each, or
 #: as much as the transformed weights where those are larger: each band's GEMMs read all of the weights, so a
-#: band that holds much less than they do waits on memory. ResNet-18 ran no faster with bands of 256 KiB to
-#: 2 MiB than with whole images; FCN-ResNet50's 2048 -> 512 channel 3x3 layer at 28x28 (151 MB of weights)
-#: took 60 ms in four bands of 14 and 7 tiles, 30 ms in one of 49 (2 threads of a Zen 4).
+#: band that holds much less than they do waits on memory.
 WINOGRAD_BYTES = 4 << 20
 
 #: Winograd's transformed weights are (a/3)^2 times im2col's: with fewer tiles per image than this, the GEMMs
 #: are too thin to pay for reading them. ResNet-18 gets F(4x4) at 56x56 and 28x28, F(2x2) at 14x14 and im2col
-#: at 7x7, and ran faster so than with 16 (F(4x4) at 14x14) or 64 (F(2x2) at 28x28, im2col at 14x14).
+#: at 7x7 (benchmarks/conv2d.py times each layer).
 WINOGRAD_MIN_TILES = 32
 
 #: kuiper's threads split an image into bands of tile rows if each band keeps this many tiles (columns of its
 #: a*a GEMMs) and the transformed weights are at most WINOGRAD_SHARED_WEIGHTS bytes; else they split each band's
-#: input channels to transform it, then its output channels. Bands took ResNet-18's 28x28 layers (21 tiles a
-#: band on 2 threads) in 1.6-1.7 ms, channels in 1.9-2.3 ms while one thread transformed the whole input.
+#: input channels to transform it, then its output channels. Where bands keep this many tiles they are faster.
 WINOGRAD_BAND_TILES = 16
 
 #: each thread's band reads all of the transformed weights, and the threads do so at once: above this many
-#: bytes of them, the threads share one band's channels instead. Bands / channels, ms on 2 threads of a Zen 4,
-#: 49 tiles: F(2x2) at 14x14, 256 channels (4 MiB of weights) 1.12/0.99, 512 (16 MiB) 4.48/3.66; F(4x4) at
-#: 28x28, 128 channels (2.3 MiB) 0.67/0.67, 256 (9 MiB) 3.67/2.93, 512 (36 MiB) 10.3/8.8.
+#: bytes of them the threads share one band's channels instead, and the weights are read once.
 WINOGRAD_SHARED_WEIGHTS = 3 << 20
 
 #: a band's input channels are split over the threads in parts of at least this many (layers with weights
@@ -89,33 +84,20 @@ WINOGRAD_SHARED_WEIGHTS = 3 << 20
 WINOGRAD_SPLIT_CHANNELS = 64
 
 #: depthwise convolution at stride 1 (one input channel per group, kuiper/cpu/depthwise.py) runs depthwise_nchw
-#: on outputs of this many pixels or more, depthwise_hcw on smaller ones. Measured inside MobileNet-v2/v3,
-#: EfficientNet-B0 and ConvNeXt-T at batch 1 (forward(profile=True), one thread of a 2-core Zen 4 VM, medians of
-#: 8, ms, im2col / nchw / hcw): 112x112 32ch 3x3 1.18/0.94/1.26; 56x56 144ch 3x3 1.77/1.24/1.38, 96ch 7x7
-#: 3.85/2.63/2.92; 28x28 120ch 5x5 0.96/0.69/0.83, 192ch 3x3 0.66/0.52/0.49; 14x14 384ch 3x3 0.42/0.41/0.31,
-#: 384ch 7x7 2.11/1.15/1.03; 7x7 960ch 3x3 0.47/0.60/0.29
+#: on outputs of this many pixels or more; on smaller ones its innermost loops (a plane's pixels) are too short,
+#: and depthwise_hcw runs.
 DEPTHWISE_NCHW_PIXELS = 400
 
 #: ... but depthwise_hwc on this many channels or more, and strided too on outputs smaller than that (or with
 #: kernels of DEPTHWISE_STRIDED_TAPS, smaller than DEPTHWISE_STRIDED_PIXELS): its einsum's innermost loop runs
-#: over a part's channels. Measured inside the models above and MnasNet, MobileNet-v3 and EfficientNet-v2-S (2
-#: threads, the activation fused, medians of 7 x 5, ms, im2col / nchw / hcw / hwc): 3x3 480ch 14x14 0.57/0.44/
-#: 0.45/0.36, 5x5 672ch 14x14 1.28/0.81/0.73/0.61, 7x7 768ch 7x7 2.07/1.06/0.72/0.41; strided, 5x5 672ch 14x14
-#: -> 7x7 0.86/1.16/0.46/0.34, 3x3 240ch 28x28 -> 14x14 0.35/0.77/0.33/0.26, 5x5 144ch 56x56 -> 28x28 1.00/1.24/
-#: 0.83/0.74, 3x3 96ch 28x28 -> 14x14 0.14/0.32/0.18/0.12. Not on fewer channels (48ch 14x14 3x3 0.06/0.07/0.06/
-#: 0.08, 72ch 56x56 -> 28x28 5x5 0.72/1.11/0.72/0.87), nor on larger strided outputs (3x3 96ch 112x112 -> 56x56
-#: 1.45/1.26/1.09/1.58)
+#: over a part's channels, and its transposing copies cost more than that saves on large images.
 DEPTHWISE_HWC_CHANNELS = 96
 
 #: strided depthwise convolution runs depthwise_hcw with kernels of this many taps or more, or on outputs of this
-#: many pixels or more; else im2col, which measured as fast or faster there (same measurements, ms, im2col /
-#: hcw): 5x5 144ch 56x56 1.61/1.11, 672ch 14x14 0.82/0.49, 72ch 56x56 0.81/0.80; 3x3 96ch 112x112 2.04/1.74,
-#: 64ch 112x112 1.42/1.19, 144ch 56x56 0.69/0.76, 192ch 28x28 0.30/0.32
+#: many pixels or more; else im2col, as fast or faster on small outputs of small kernels.
 DEPTHWISE_STRIDED_TAPS = 25
 DEPTHWISE_STRIDED_PIXELS = 2000
-#: ... or with this many channels or more. Measured later with ReLU6 fused, on 2 threads (medians of 5 x 20, ms,
-#: im2col / hcw): 3x3 576ch 14x14 0.32/0.25, 240ch 28x28 0.34-0.37/0.31-0.33, 192ch 28x28 0.27/0.26, 144ch 56x56
-#: 0.53-0.61/0.48-0.58; but 72ch 56x56 0.31-0.33/0.37
+#: ... or with this many channels or more; on fewer, im2col stays ahead
 DEPTHWISE_STRIDED_CHANNELS = 128
 
 
@@ -188,8 +170,7 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         of fewer pixels, or of fewer than DEPTHWISE_STRIDED_PIXELS with kernels of DEPTHWISE_STRIDED_TAPS or more;
         else depthwise_hcw for kernels that large, outputs of DEPTHWISE_STRIDED_PIXELS or more or
         DEPTHWISE_STRIDED_CHANNELS or more, else im2col. With a channel multiplier, im2col: each of its columns
-        serves the group's k output channels, where the depthwise variants copy the input k times (72 -> 144
-        channels, 56x56, ms, im2col / nchw / hcw: 0.50/0.53/0.63; 480 -> 960, 7x7: 0.27/0.54/0.26)."""
+        serves the group's k output channels, where the depthwise variants copy the input k times."""
         if self.out_channels != self.in_channels:
             return "im2col"
         ho, wo = self.output_shapes([shape])[0][-2:]

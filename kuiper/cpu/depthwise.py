@@ -7,10 +7,10 @@ image. Here numpy's einsum sums the taps instead, multiplying and adding in one 
     out[c, y, x] = sum over (ky, kx) of w[c, ky, kx] * padded[c, y*sh + ky*dh, x*sw + kx*dw]
 
 where every tap is a strided view of a padded copy of the input. einsum runs such a sum as nested loops over
-the axes, and how it nests them decides its speed: each innermost loop costs about 0.1 us besides its work, so
+the axes, and how it nests them decides its speed: each innermost loop has a fixed cost besides its work, so
 it must be long; and left to itself (order="K") einsum puts innermost the axis whose steps are smallest, which
-for x and kx, both one float along the same row, is a tie it breaks for kx: loops of kw iterations, 10x slower.
-Three layouts:
+for x and kx, both one float along the same row, is a tie it breaks for kx: loops of kw iterations, several
+times slower. Three layouts:
 
     depthwise_nchw   a copy of the padded input per kx, shifted by kx*dw columns and taken at the column
                      stride, laid out (kw, C, rows, Wo): kx then steps from copy to copy, and the innermost loop
@@ -37,6 +37,8 @@ kuiper's threads split the channels (of all images at once); each part runs in b
 buffers take about BAND_BYTES, and adds the bias and runs the fused epilogue on each band as soon as it is
 written. A channel multiplier (out = k * in channels, output channel o reading input channel o // k) is the
 same sum over out channels, the copies repeating each input channel k times (in every layout).
+
+docs/tuning.md keeps the measurements behind BAND_BYTES and GEMM_SPEEDUP.
 """
 
 from __future__ import annotations
@@ -47,14 +49,12 @@ from numpy.lib.stride_tricks import as_strided
 from kuiper.cpu import threads
 from kuiper.cpu.scratch import view
 
-#: the buffers of a band take about this much, per thread: they bound the memory for any image size. Smaller
-#: bands cost more loops (see Depthwise.plan): depthwise_hcw on 96 channels of 112x112 at stride 2, one thread
-#: of a 2-core Zen 4, ran in 1.70 ms with 4 MiB, 2.19 with 1 MiB, 3.89 with 256 KiB
+#: the buffers of a band take about this much, per thread: they bound the memory for any image size, and
+#: smaller bands cost more of einsum's loops (see Depthwise.plan)
 BAND_BYTES = 4 << 20
 
-#: BLAS's GEMMs run about this many times more multiply-adds per second than these forwards (copies and all,
-#: 1-7 per ns on one Zen 4 core, depthwise_hcw on 7x7 images the fewest; the GEMMs ~55): a part worth handing
-#: to a thread, ~0.15 ms of work, needs threads.MIN_MACS / GEMM_SPEEDUP of them
+#: BLAS's GEMMs run about this many times more multiply-adds per second than these forwards (copies and all):
+#: a part worth handing to a thread, threads.MIN_MACS of GEMM work, needs threads.MIN_MACS / GEMM_SPEEDUP of them
 GEMM_SPEEDUP = 32
 
 #: names of the three layouts (see the module's docstring)
@@ -88,7 +88,7 @@ class Depthwise:
         each run is cut into (top, height), and the floats of each buffer a thread keeps: (copies,) in NCHW,
         (padded rows, sums) in HCW and HWC, and in HCW the sums of later column phases when the taps fall in several.
 
-        einsum's innermost loops cost about 0.1 us each besides their work: NCHW runs kh*kw of them per channel
+        einsum's innermost loops have a fixed cost each besides their work: NCHW runs kh*kw of them per channel
         and band, so its runs hold whole images, as many channels as fit BAND_BYTES (rows are cut only for an
         image too large for one channel); HCW runs kh*kw per output row of each run, HWC kh*kw per output pixel,
         so there a run holds all of the part's channels, in bands of as many rows as fit."""

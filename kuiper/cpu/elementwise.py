@@ -1,9 +1,9 @@
 """The fast element-wise layers: the formula applied to cache-sized blocks, which kuiper's threads share.
 
-A formula of several steps passes over its data several times. On blocks of BLOCK elements (256 KiB of
-float32) the passes after the first read the CPU cache instead of memory: GELU runs about twice as fast as
-on whole arrays. `shares` hands each thread its run of whole blocks; the activations (BlockedElementwise)
-and pnnx.Expression (kuiper/cpu/expression.py) use it.
+A formula of several steps passes over its data several times. On blocks of BLOCK elements (256 KiB of float32)
+the passes after the first read the CPU cache instead of memory, which makes a formula of many passes such as
+GELU much faster than on whole arrays. `shares` hands each thread its run of whole blocks; the activations
+(BlockedElementwise) and pnnx.Expression (kuiper/cpu/expression.py) use it.
 
 Every activation needs the same fast forward, so none registers a fast class of its own: for a type whose
 reference layer is an ElementwiseLayer, registry.fast_class makes `Fast<Name>(BlockedElementwise, <Name>)`.
@@ -15,8 +15,8 @@ from kuiper.cpu import threads
 from kuiper.layers.elementwise import ElementwiseLayer
 
 BLOCK = 1 << 16
-#: each of kuiper's threads takes at least this many blocks: handing over a part costs 0.05-0.15 ms (see
-#: cpu/threads.py), and a residual add with ReLU over 3 blocks took 0.23 ms on one thread, 0.27-0.31 on two
+#: each of kuiper's threads takes at least this many blocks, to pay for handing over a part (see
+#: cpu/threads.py): a residual add with ReLU over fewer blocks runs faster on one thread (docs/tuning.md)
 PART_BLOCKS = 4
 
 

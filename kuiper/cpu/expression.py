@@ -5,17 +5,15 @@ of each operand, so each thread runs the program on its own span of the flat arr
 elementwise.py's `shares`). A fused epilogue (kuiper/layers/fused.py: ReLU after the add) then runs on the
 span the thread has just written, not in another pass over the whole output once every thread is done.
 The program runs once per span, not per BLOCK as activations do: its per-call cost and the intermediate
-arrays it allocates per call made blocks slower (2 threads here: add+ReLU over 1x64x112x112 0.34 ms in
-blocks, 0.28 in spans; add(mul(@0,2),neg(@1))+ReLU 1.27 ms and 0.57).
+arrays it allocates per call make blocks slower.
 
 Where an operand broadcasts, the output is split along its outermost axis longer than 1 instead, each thread
-running the program on a slab of it: an operand as long along that axis is sliced with it, one of extent 1
-there (or without the axis) is read whole, and slabs go to threads only as spans do, PART_BLOCKS blocks each.
-A squeeze-excitation block's x * scale, (N, C, H, W) by (N, C, 1, 1), measured on 2 threads here, us, in slabs /
-on one thread: 8x32x112x112 361/559, 4x144x56x56 267/493, 1x96x112x112 129/149. At batch 1 EfficientNet-B0's
-are below that size, and splitting them anyway made them slower (1x144x56x56 in halves 130 against 103).
-Where an operand or the output is laid out so that spans of it would be copies, or the slabs are too few for
-the threads, the program runs on the whole arrays, as the reference does, and the epilogue after it.
+running the program on a slab of it: an operand as long along that axis is sliced with it, one of extent 1 there
+(or without the axis) is read whole, and slabs go to threads only as spans do, PART_BLOCKS blocks each: a
+squeeze-excitation block's x * scale, (N, C, H, W) by (N, C, 1, 1), gains from slabs on large batches and
+images, and EfficientNet-B0's at batch 1 are too small to split. Where an operand or the output is laid out so
+that spans of it would be copies, or the slabs are too few for the threads, the program runs on the whole
+arrays, as the reference does, and the epilogue after it. docs/tuning.md keeps the timings behind these choices.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The numpy backend's LayerNorm: the reference's two passes over bands of rows, which kuiper's threads share.
 
-numpy reduces along a short last axis slowly (a (3136, 96) row mean took 0.27 ms here), so the means are
-matrix-vector products by a column of 1/length instead (0.03 ms) and the sums of squares one einsum; on a
-single thread that made Swin's (1, 56, 56, 96) LayerNorm 3x faster than the reference.
+numpy reduces along a short last axis slowly, so the means are matrix-vector products by a column of 1/length
+instead and the sums of squares one einsum, several times faster than the reference on rows as short as Swin's
+(docs/tuning.md).
 
 Each row's mean, then its scale, goes into one column kept between forwards (kuiper/cpu/scratch.py) rather
 than new arrays: 4 bytes a row, past 64 KiB from 16,384 rows on (Swin-T's first stage at batch 6).
@@ -17,7 +17,7 @@ from kuiper.cpu.registry import fast
 from kuiper.cpu.scratch import KeepsScratch
 from kuiper.layers import layer_norm
 
-#: each thread's band holds at least this many elements (about 0.1 ms of work here), to pay for the hand-over
+#: each thread's band holds at least this many elements, to pay for the hand-over (see cpu/threads.py)
 PART_ELEMENTS = 1 << 16
 
 
@@ -34,8 +34,8 @@ class LayerNorm(KeepsScratch, layer_norm.LayerNorm):
         rows, out = inputs[0].reshape(count, length), outputs[0].reshape(count, length)
         weight, bias = (None if a is None else a.reshape(length) for a in self.affine_arrays(inputs))
         stats = self.scratch.get("stats", (count, 1))
-        # a row times it is the row's mean. Made anew each call (a few KiB): ViT-B's LayerNorm took 0.165 ms so on
-        # 2 threads here, and 0.19 ms with one made once and kept (alternating runs; the cause is not known)
+        # a row times it is the row's mean. Made anew each call (a few KiB): that timed no slower than one made
+        # once and kept (docs/tuning.md)
         mean_of = np.full((length, 1), 1 / length, np.float32)
 
         def band(first, stop, _):

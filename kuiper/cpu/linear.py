@@ -6,7 +6,8 @@ Rows (tokens) are split over the threads when every thread gets MIN_ROWS of them
 each thread then multiplies its rows by the whole weight matrix, adds the bias and runs the epilogue, in chunks
 of at most CHUNK_BYTES of output, each while it is still in the cache. Otherwise (classifier heads, ConvNeXt's
 last stage of 49 tokens, ViT-B's MLP with its 9.4 MB weights) `threads.matmul` splits the GEMM, by columns where
-there are enough, and the bias and the epilogue follow on the whole output.
+there are enough, and the bias and the epilogue follow on the whole output. docs/tuning.md keeps the timings
+behind the constants below.
 """
 
 from __future__ import annotations
@@ -18,16 +19,13 @@ from kuiper.cpu.registry import fast
 from kuiper.layers import linear
 from kuiper.layers.fused import Epilogue
 
-#: a thread's part of a row split keeps at least this many rows, as a convolution's band keeps MIN_COLUMNS pixels
-#: (2 threads of a Zen 4, GELU fused, ms, rows / columns then bias and GELU: 3136 rows 96 -> 384 3.0/3.3, 784 rows
-#: 192 -> 768 2.2/2.4, 196 rows 384 -> 1536 1.8/2.2; but 98 rows 768 -> 3072 3.8/3.7, 49 rows 2.8/2.2)
+#: a thread's part of a row split keeps at least this many rows, as a convolution's band keeps MIN_COLUMNS
+#: pixels: fewer rows make GEMMs too thin, and splitting the columns wins
 MIN_ROWS = threads.MIN_COLUMNS
 #: ... and with weights larger than this, the columns are split: in a row split every thread reads all of them
-#: (ViT-B's 768 -> 3072, 9.4 MB, over 197 rows: 6.3/6.1 ms with GELU, 5.3/5.1 without)
 ROW_SPLIT_WEIGHT_BYTES = 4 << 20
-#: a thread's rows run in chunks of at most this much output, a core's L2 cache here. At batch 8 (25088 rows,
-#: 96 -> 384, GELU) they took 23.3 ms, whole parts 25.6; at batch 1 as long as whole parts. Each chunk is a GEMM
-#: call that packs the weights again: chunks of 256 KB took 3.7 ms on 3136 rows, against 3.0
+#: a thread's rows run in chunks of at most this much output, about a core's L2 cache, so that the epilogue finds
+#: them there; smaller chunks lose more than they gain, as each chunk's GEMM call packs the weights again
 CHUNK_BYTES = 1 << 20
 
 

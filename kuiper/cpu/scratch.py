@@ -37,4 +37,4 @@ class KeepsScratch:
 
 def view(buffer: np.ndarray, *shape) -> np.ndarray:
     """The first prod(shape) elements of a flat work buffer, shaped."""
-    return buffer[:math.prod(shape)].reshape(shape)  # math.prod: np.prod costs 10 us a call, 0.5 ms a forward
+    return buffer[:math.prod(shape)].reshape(shape)  # math.prod: np.prod's per-call cost adds up over a forward

@@ -3,19 +3,20 @@
 numpy lets go of Python's GIL inside its C loops and BLAS calls, so plain Python threads keep several cores
 busy as long as each part is a few large array operations. Left alone, only BLAS would use the other cores,
 and only inside matrix products: copies, Winograd's transforms, pooling and activations would run on one.
-BLAS also splits every product of a stack by itself: ResNet-18's 36 stacked 64-channel Winograd GEMMs ran
-slower with OpenBLAS's two threads than with one on a 2-core machine.
+BLAS also splits every product of a stack by itself, too finely for a stack of small products (Winograd's).
 
 So layers split their work themselves (`parallel`): convolutions by bands of output rows or by channels,
 single GEMMs (Linear, 1x1 and transposed convolutions: `matmul`) by rows or columns, element-wise layers
 and large sums by blocks of elements, pooling by channel planes. While a numpy forward
 runs (`active`), BLAS is held at one thread: OpenBLAS's idle threads keep spinning for a while after each
-call, and measured here they slowed the parts that followed by up to 2x. Handing a part to a thread and
-back still costs 0.05-0.15 ms (the GIL changes hands twice), so a part must be worth it: `grain` sets the
-least work per part, and below it the caller does everything.
+call and slow the parts that follow. Handing a part to a thread and back still costs time (the GIL changes
+hands twice), so a part must be worth it: `grain` sets the least work per part, and below it the caller does
+everything.
 
 The number of threads is `KUIPER_NUM_THREADS` if set, else as many as BLAS would use (OPENBLAS_NUM_THREADS,
 OMP_NUM_THREADS, or the cores this process may run on), or `set_num_threads(n)`.
+
+docs/tuning.md keeps the measurements behind these choices and MIN_COLUMNS, MIN_MACS.
 """
 
 from __future__ import annotations
@@ -89,9 +90,8 @@ class _Worker(threading.Thread):
     """One of kuiper's threads: runs the parts `parallel` gives it, one at a time.
 
     While a forward runs (`active`), it keeps looking for its next part between parts, yielding its core
-    between looks, rather than sleeping: waking a sleeping thread took 0.1-0.4 ms here, as long as a small
-    layer's whole part; over 24 paired rounds ResNet-18 ran 2-3% faster with its thread awake. Outside a
-    forward, or after SPIN_SECONDS without work, it sleeps."""
+    between looks, rather than sleeping: waking a sleeping thread takes about as long as a small layer's
+    whole part. Outside a forward, or after SPIN_SECONDS without work, it sleeps."""
 
     def __init__(self, index: int):
         super().__init__(name=f"kuiper-{index}", daemon=True)
@@ -205,10 +205,9 @@ def active():
 
 
 #: a band of a convolution split over threads keeps at least this many output pixels (columns of its GEMM):
-#: thinner GEMMs lose more to BLAS's packing than another thread gains (one-thread sgemm here,
-#: 512x4608 @ 4608xN: 61 GFLOP/s at N=49, 46 at N=28)
+#: thinner GEMMs lose more to BLAS's packing than another thread gains
 MIN_COLUMNS = 64
-#: ... and at least this many multiply-adds (~0.15 ms on one core here), to pay for handing it to a thread
+#: ... and at least this many multiply-adds, to pay for handing it to a thread
 MIN_MACS = 1 << 23
 
 

@@ -1,7 +1,7 @@
 """Built programs kept on disk, for a driver that keeps none itself.
 
-Intel's CPU runtime compiles every program again in every process: `kuiper run --backend opencl` spent 1.7 s
-of its 2.7 on that (ResNet-18, Zen 4), where PoCL and NVIDIA's driver keep their builds and load them back.
+Intel's CPU runtime compiles every program again in every process, most of a short `kuiper run --backend
+opencl`'s time, where PoCL and NVIDIA's driver keep their builds and load them back.
 The driver hands out what it built (the program's binaries) and makes a program from them without compiling
 again, so kuiper keeps them for it. A program made from a binary may carry no kernel argument information,
 which OpenCLRuntime.kernel reads to type scalar arguments, so each kernel's argument type names are kept

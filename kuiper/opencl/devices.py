@@ -39,9 +39,9 @@ __kernel void probe(__global float* x, const float a, const int n) {
 PROBE_ITEMS = 100  # not a multiple of any work-group size: the bounds check is exercised too
 
 # What the driver's compiler targets, as its predefined macros say: PoCL's clang defines the instruction
-# sets of the CPU it compiles for (LLVM 14 in the PoCL wheel takes a Zen 4 for a Zen 3: AVX2, and so 16
-# vector registers where Debian's LLVM 15 gives AVX-512's 32); Intel's runtime defines none. gemm_cpu sizes
-# its register block by it. Built with the probe, in the same program.
+# sets of the CPU it compiles for (an LLVM older than the CPU, as the PoCL wheel's LLVM 14, may take it for its
+# predecessor and give AVX2's 16 vector registers where a newer LLVM gives AVX-512's 32); Intel's runtime
+# defines none. gemm_cpu sizes its register block by it. Built with the probe, in the same program.
 TARGET_MACROS = {"avx512f": "__AVX512F__", "avx2": "__AVX2__", "neon": "__ARM_NEON"}
 TARGET_SOURCE = """
 __kernel void target(__global int* bits) {
@@ -305,10 +305,10 @@ def by_preference(devices: list) -> list:
     """GPUs, then CPUs, then the rest; among CPUs PoCL, then Intel's runtime, then a PoCL whose compiler leaves
     out AVX-512 on a CPU that has it; else the drivers' order.
 
-    PoCL comes first where it compiles for the whole CPU: Debian's PoCL (AVX-512) ran ResNet-18 in 21.4 ms and
-    Intel's runtime in 24.8. The PoCL wheel's LLVM 14 takes a Zen 4 for a Zen 3 and compiles AVX2 code: with
-    it ResNet-18 took 27.4 ms and eight zoo models 2-25% longer than on Intel's runtime (2-vCPU AMD EPYC, Zen 4,
-    2026-11-25, session 15). On a CPU without AVX-512 PoCL keeps its place: none was measured."""
+    PoCL comes first where it compiles for the whole CPU: it then runs faster than Intel's runtime. A PoCL
+    whose LLVM is older than the CPU (the PoCL wheel's LLVM 14) may compile AVX2 code for a CPU with AVX-512,
+    and is then slower than Intel's runtime. On a CPU without AVX-512 PoCL keeps its place, unmeasured
+    (docs/tuning.md has the figures)."""
     host = cpu_flags()
 
     def rank(entry):

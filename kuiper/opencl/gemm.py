@@ -20,18 +20,21 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   fits and the kernel's windows overlap.
 * "gpu TMxTN" runs `gemm_gpu`: tiles staged in local memory with register blocking, within the kernel's
   and the device's largest work-group. For a convolution it reads B as implicit im2col straight from the
-  input images (`Gemm(..., kernel_size)`): on a GPU, writing and reading back the column matrix took a
-  third of ResNet-18's time. The rule gives other devices the tiles `_gpu_tiles` picks by the product's
+  input images (`Gemm(..., kernel_size)`): on a GPU, writing and reading back the column matrix would take a
+  large share of ResNet-18's time. The rule gives other devices the tiles `_gpu_tiles` picks by the product's
   shape (see GPU_TILES).
 
   A product with too few tiles to keep every compute unit busy (a 7x7 layer at batch 1: 32 tiles of 32 x 32
-  for an H200's 132 units, each looping over K = 4608) is split along K (`_slices`): each slice of K
+  for a GPU of over a hundred units, each looping over K = 4608) is split along K (`_slices`): each slice of K
   computes its partial tiles, and `gemm_sum` adds them up, then the bias and the epilogue.
 
 A fused operator's epilogue (kuiper/layers/fused.py) runs in the kernel that stores C when it has the shape
 a `KernelEpilogue` takes: at most one residual sum, then at most one activation. Each value then gets the
 other tensor added and the activation applied in registers, where separate kernels would read and write the
 whole output once per step.
+
+The constants below are set by timing single products and whole models on each driver (benchmarks/resnet18.py,
+benchmarks/zoo.py, `kuiper run --profile`); docs/tuning.md keeps the measurements.
 """
 
 from __future__ import annotations
@@ -50,63 +53,40 @@ from kuiper.variants import Variant, Variants
 #: gemm_cpu's register block: MB rows by NV vectors of VN columns
 CPU_ROWS = 6
 #: (columns per block, NV, VN) from widest to narrowest; a product narrower than a block uses the next.
-#: LLVM splits a float16 into two 256-bit halves on x86, so 6 x 32 keeps 24 accumulators in registers only
-#: where the compiler targets AVX-512 (32 vector registers); with AVX2's 16 the loop spilled to the stack and
-#: the rule takes 6 x 16 (12 accumulators) as widest (`Gemm.cpu_blocks`). PoCL wheel (AVX2 code), 2 threads
-#: of a Zen 4, ms 6x32/6x16: 64 x 576 x 3136 1.91/1.13, 128 x 1152 x 784 3.58/1.19, 512 x 4608 x 49 2.18/2.26;
-#: with AVX-512, Debian PoCL 1.09-1.15/1.05-1.08, 1.11-1.22/1.07, 1.34-1.74/1.73-1.83, and Intel's runtime (which
-#: does not say what it targets, and compiles for the CPU it runs on) 1.20/1.06, 1.11/1.08, 1.32/1.58
+#: LLVM splits a float16 into two 256-bit halves on x86, so 6 x 32 keeps its 24 accumulators in registers only
+#: where the compiler targets AVX-512 (32 vector registers); with AVX2's 16 it spills, and the rule takes
+#: 6 x 16 (12 accumulators) as widest (`Gemm.cpu_blocks`).
 CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
 #: on CPUs a constant B (Linear's weights) is stored in panels of PANEL columns, each K x PANEL in one run of
 #: memory, and multiplied as a stack of one product per panel (`panels`): a work-item then reads its columns of
-#: each k next to the last k's, not one B row (ldb floats) further on: rows of 3072 floats put every k's 128
-#: bytes on a new page and, 12 KB apart, in the same L1 set, the likely cost. Debian PoCL, 2 threads of a Zen 4,
-#: GMAC/s row-major / panels: 197 x 768 x 3072 (ViT-B's MLP) 23/48, 197 x 3072 x 768 23/54, 196 x 1536 x 384
-#: 25/50, 784 x 192 x 768 34/40; no gain where B is small (3136 x 384 x 96: 41-45/38 alone, 1.17 ms either way
-#: inside ConvNeXt-T)
+#: each k next to the last k's, not one B row (ldb floats) further on, where long rows put every k on a new page
+#: and, rows of 3072 floats being 12 KB apart, in the same L1 set. It gains nothing where B is small.
 PANEL = CPU_BLOCKS[0][0]
-#: gemm_cpu's work-groups in blocks, (columns, rows), largest first: 1 x 32 blocks (of 32 x 6 with AVX-512), so a
-#: group's work-items all read one block of B's columns (K x 32, in the core's L1 or L2) and walk down 192 rows of A.
-#: Two column blocks a group made consecutive work-items alternate between two of them: Debian PoCL, 2 threads
-#: of a Zen 4, ms, (2, 32) / (1, 32) groups: 256 x 256 x 3136 (a 1x1 convolution at 56x56) 2.78/1.85,
-#: 256 x 64 x 3136 0.75/0.49, 512 x 256 x 784 1.09/1.05, 2048 x 1024 x 49 1.32/1.21. Only these few sizes: PoCL
-#: compiles a kernel again for every new work-group size it is launched with (0.3-5 s each), and ResNet-18 alone
-#: made seven of them when the size followed each product's edges
+#: gemm_cpu's work-groups in blocks, (columns, rows), largest first: one column block wide, so that a group's
+#: work-items all read one block of B's columns (in the core's L1 or L2) and walk down A. Only these few sizes:
+#: PoCL compiles a kernel again for every new work-group size it is launched with, which takes seconds.
 CPU_GROUPS = ((1, 32), (1, 8), (1, 2), (1, 1))
-#: ... but a product of fewer than 12 row blocks (M < 67: 64 channels and fewer) first tries a group as wide as the
-#: product is short: (16, 2) or (32, 1). Intel's runtime pays for each work-group, and groups of (1, 32) over 3 row
-#: blocks each ran 3 work-items. Intel's runtime, 2 threads of a Zen 4, batch 1, ms, (1, 32) / wide: 1x1 16 -> 16
-#: channels at 112x112 0.33/0.15, a 3x3 stride-2 stem 3 -> 16 at 224x224 0.64/0.35, 16 -> 64 1x1 at 112x112
-#: 0.61/0.42, ResNet-18's stem 1.97/1.75; PoCL 0.106/0.104 for the first (it runs a group's idle work-items at no
-#: cost), 1.53/1.45 for the last. ResNet-18 in one process, alternating, from 8 row blocks to 12, medians: b8
-#: Intel's runtime 141.1 -> 136.6 ms, Debian PoCL 116.7 -> 112.0; b1 19.5 -> 19.2
+#: ... but a product of fewer than this many row blocks (M < 67: 64 channels and fewer) first tries a group as
+#: wide as the product is short: (16, 2) or (32, 1). Intel's runtime pays for each work-group, and a (1, 32)
+#: group over 3 row blocks runs only 3 work-items; PoCL runs a group's idle work-items at no cost.
 FEW_ROW_BLOCKS = 12
 
 #: the rule runs a convolution's GEMM on its padded input (the "taps" variants) on CPUs wherever a block of this
 #: many columns fits along the rows its blocks run on (Conv2d.taps_row: an output row, or a phase plane's padded
-#: grid), with the widest block of at least this many columns that computes at most TAPS_SLACK more columns a row
-#: than the fewest any block does (blocks slide back to end at the row's end, recomputing columns): ResNet-18's
-#: stem, rows of 112, 7 blocks of 16 rather than 4 of 32 (128 columns); its 3x3 stride-2 layer at 56x56, a grid
-#: of 811, 26 blocks of 32 (832 columns) rather than 51 of 16 (816), faster per column. The
-#: column matrix is then neither written nor read back. Intel's runtime, 2 threads of a Zen 4, ms, im2col + GEMM /
-#: pad_planes + taps: batch 8, ResNet-18's 7x7 stride-2 stem 4.8 + 14.5 / 0.6 + 11.1, MobileNet's 3x3 stride-2
-#: stem 2.2 + 4.1 / 0.4 + 2.7; along the padded grid, batch 1, 3x3: 512 channels at 7x7 1.73/1.54, 256 at 14x14
-#: 2.16/1.44; batch 8, ResNet-18's 3x3 stride-2 layers (64 -> 128 at 56x56, 128 -> 256 at 28x28, 256 -> 512 at
-#: 14x14) 7.3/6.3, 7.1/5.8, 7.7/6.4. Block rule A/B x3-4, ResNet-18 b8 (kuiper run --repeat 10): Intel's runtime
-#: 133.2 -> 127.3 and 128.9 -> 126.0 ms, Debian PoCL 120.6 -> 115.2
+#: grid), so that no column matrix is written and read back
 TAPS_MIN_BLOCK = 16
-#: ... Intel's runtime, 2 threads of a Zen 4, batch 8, ms, in one process alternating, blocks of 16 / 32: that
-#: 3x3 stride-2 layer 8.3/6.8, 128 -> 256 at 28x28 (209 columns: 224 either way) 7.8/6.4
+#: ... with the widest block that computes at most this share more columns a row than the block that computes
+#: fewest (a row's last block slides back, recomputing columns): wider blocks are faster per column. ResNet-18's
+#: stem, rows of 112, gets 7 blocks of 16 rather than 4 of 32 (128 columns).
 TAPS_SLACK = 1 / 8
 
 #: a layer's column matrix (im2col's, or ConvTranspose2d's taps) holds at most this many bytes; a batch
 #: whose columns need more is processed in chunks of items
 COLUMN_BYTES = 64 << 20
 
-#: gemm_gpu's tile configurations, largest first: (TM, TN, TK, RM, RN), work-group (TN/RN, TM/RM). Measured
-#: on an H100 over ResNet-18's b32 GEMMs, 128 x 128 tiles win only where the product fills them and has a
-#: tile for every compute unit; 64 x 64 wins elsewhere (see Gemm._gpu_tiles). 32 x 32 (64 work-items)
-#: serves devices whose work-groups stop below 256.
+#: gemm_gpu's tile configurations, largest first: (TM, TN, TK, RM, RN), work-group (TN/RN, TM/RM). Measured on
+#: a GPU, 128 x 128 tiles win only where the product fills them and has a tile for every compute unit; 64 x 64
+#: wins elsewhere (see Gemm._gpu_tiles). 32 x 32 (64 work-items) serves devices whose work-groups stop below 256.
 GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 
 #: split-K: enough work-groups for this many per compute unit, each slice summing at least SPLIT_SPAN of K
@@ -268,10 +248,9 @@ class Gemm:
     def cpu_blocks(self) -> tuple:
         """The CPU_BLOCKS the rule takes on this device: the 32-column one only where the kernel compiler
         targets AVX-512 (see CPU_BLOCKS); measurement (KUIPER_TUNING=measure) still tries them all. Intel's
-        runtime, which does not say, compiles for the CPU it runs on: there the CPU's flags decide (2 threads of
-        a Zen 4, A/B x3: convnext_tiny 65.4 -> 60.7 ms with 6 x 32, vit_b_16 198 -> 183, resnet18 25.4 -> 24.2),
-        unless CL_CONFIG_CPU_TARGET_ARCH names another target (devices.configured_target): told core-avx2, it
-        ran 128 x 1152 x 784 in 1.77 ms with 6 x 32 and 1.26 with 6 x 16 (1.14 and 1.09 compiling for the Zen 4)."""
+        runtime, which does not say, compiles for the CPU it runs on: there the CPU's flags decide, unless
+        CL_CONFIG_CPU_TARGET_ARCH names another target (devices.configured_target), whose instruction sets then
+        decide as they do for PoCL."""
         features = self.rt.target_features
         if not features and self.rt.is_cpu:
             configured = configured_target(self.rt.device)

@@ -1,7 +1,7 @@
 """The OpenCL runtime: program cache, buffer pool, enqueueing with events, profiling (devices.py chooses the device).
 
 One OpenCLRuntime per device, shared by every graph that runs on it (contexts and compiled programs are
-expensive: PoCL takes ~0.2-2 s per program). Layers talk to it in two moments:
+expensive: PoCL takes a good part of a second or more per program). Layers talk to it in two moments:
 
   at build     rt.kernel("activation.cl", "relu", ["-DACT=1"])   compiled once, Kernel object kept
                rt.upload(weights)                                a device copy of a weight, made once
@@ -188,7 +188,7 @@ class OpenCLRuntime:
         on every access, which is slow and drops the arguments set on the old one.
 
         Its scalar arguments' types are declared from the kernel's own signature, so launches pass plain
-        Python ints and floats: pyopencl then packs them ~50x faster than numpy scalars (PoCL, 20 args)."""
+        Python ints and floats, which pyopencl packs much faster than numpy scalars."""
         program = self.program(file, options)
         key = (id(program), name)
         kernel = self._kernels.get(key)

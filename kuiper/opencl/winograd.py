@@ -10,6 +10,8 @@ The GEMM's operands are float at any storage precision (see cl/winograd.cl), so 
 view. Where a direct convolution's GEMM has few columns (a 7x7 image: 49 per item), this one has one per tile
 of the whole batch, and K = Cin rather than 9 Cin: at batch 32, ResNet-18's 3x3 layers become GEMMs of
 (Cout, Cin) @ (Cin, 128 to 6272 tiles), 36 of them in one launch.
+
+docs/tuning.md keeps the measurements behind the thresholds below.
 """
 
 from __future__ import annotations
@@ -26,15 +28,9 @@ from kuiper.variants import Variant
 #: 1 have 116 M each)
 MIN_MACS = 256 << 20
 #: the rule's threshold on CPUs: a GEMM with fewer columns (tiles) than gemm_cpu's 16-wide block runs its
-#: narrow blocks, slower than the direct convolution. PoCL on a 2-core Zen 4, batch 1: ResNet-18's 7x7 layer
-#: (4 tiles) 4.2 ms against im2col's 3.2; its 14x14 layer (16 tiles) 1.7 against 2.9. ResNet-18 b1 on PoCL
-#: 40 -> 29 ms, vgg11_bn 210 -> 104 ms.
+#: narrow blocks, slower than the direct convolution
 MIN_CPU_TILES = 16
-#: ... and fewer input channels: the transforms then cost more than the GEMM saves. 3x3 -> 64 channels at
-#: 112x112, batch 1 (2 threads of a Zen 4), ms, Winograd / the GEMM's best, input channels 3, 8, 16, 32: Intel's
-#: runtime 1.74/0.42, 1.32/0.78, 1.50/1.44, 2.10/2.69; Debian PoCL 0.96/0.41, 1.31/0.82, 1.46/1.44, 2.09/2.60;
-#: PoCL wheel 1.37/0.49, 1.55/1.33, 2.78/2.51, 2.40/4.43. VGG-11's first layer (3 channels at 224x224) on Intel's
-#: runtime: 5.7 -> 2.0 ms
+#: ... and fewer input channels: the transforms then cost more than the GEMM saves (a network's first layer)
 MIN_CPU_CHANNELS = 16
 
 #: work-items per work-group along the tiles on GPUs (CPUs let the driver choose)
@@ -44,13 +40,9 @@ RUN = 4
 #: on CPUs, a layer goes through the three launches a chunk of tile rows (of the whole batch's) at a time whose
 #: transformed tiles (V and M) hold about this many bytes, so that the GEMM and the output transform find them
 #: in the cache: unchunked, ResNet-18's first layers at batch 8 make 29 MB of them, and MaxViT's 64-channel
-#: layer at 112x112 14 MB at batch 1. Intel's runtime, 2 threads of a Zen 4 (32 MB of L3),
-#: batch 8, ms, one launch each / chunks: 64 channels at 56x56 10.5/7.4, 128 at 28x28 7.9/6.9; ResNet-18 b8 in one
-#: process, alternating, medians 129.6 -> 115.5 and 144.5 -> 131.1. Debian's PoCL and the PoCL wheel: no change
-#: beyond noise (136.6/138.6, 134.5/134.1)
+#: layer at 112x112 14 MB at batch 1. Intel's runtime gains from it; PoCL neither gains nor loses.
 CHUNK_BYTES = 4 << 20
-#: ... but at least this many tiles a chunk: narrower GEMMs lose more than the cache saves (256 channels at 14x14,
-#: batch 8, in chunks of 64 tiles: 7.3 -> 8.0 ms; 512 at 7x7 in 28 and 4: 5.6 -> 7.9)
+#: ... but at least this many tiles a chunk: narrower GEMMs lose more than the cache saves
 MIN_CHUNK_TILES = 128
 
 
