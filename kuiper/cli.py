@@ -28,7 +28,7 @@ from kuiper.cpu.blas import restart_if_misread
 from kuiper.errors import ConfigError, KuiperError
 from kuiper.folder import json_float
 from kuiper.layers.reshape import ViewLayer
-from kuiper.runtime.graph import BACKENDS
+from kuiper.runtime.backends import BACKENDS
 
 SOURCE_MODELS = Path(__file__).resolve().parent.parent / "models"  # a source checkout's; a plain install has none
 DEFAULT_MODEL = Path("resnet18", "resnet18.pnnx.param")  # within models/
