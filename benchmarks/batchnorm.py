@@ -31,7 +31,7 @@ def main() -> None:
 
     import kuiper  # noqa: F401  (registers the layers)
     from kuiper.opencl import get_runtime
-    from kuiper.runtime.operators import make_layer
+    from kuiper.runtime.backends import make_layer
     from kuiper.opencl.tuning import measure
 
     rt = get_runtime(args.device)

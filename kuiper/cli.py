@@ -27,7 +27,7 @@ from kuiper.cpu.blas import restart_if_misread
 from kuiper.errors import ConfigError, KuiperError
 from kuiper.folder import json_float
 from kuiper.layers.reshape import ViewLayer
-from kuiper.runtime.graph import BACKENDS
+from kuiper.runtime.backends import BACKENDS
 from kuiper.shipped import shipped
 
 DEFAULT_MODEL = Path("resnet18", "resnet18.pnnx.param")  # within models/

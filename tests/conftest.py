@@ -141,10 +141,28 @@ def fp16_twin(rt, inputs=()):
     return rt.at_precision("fp16") if rt is first and fits_half(inputs) else None
 
 
+def on_opencl(layer):
+    """The opencl backend's layer for the operator of `layer` (made by make_layer with any backend)."""
+    from kuiper.opencl.layer import OpenCLLayer
+    from kuiper.opencl.registry import opencl_class
+
+    if isinstance(layer, OpenCLLayer):
+        return layer
+    cls = opencl_class(layer.op.type)
+    assert cls is not None, f"{layer.op.type} has no OpenCL layer (kuiper/opencl/)"
+    twin = cls(layer.op)
+    twin.check_params_read()
+    return twin
+
+
 def assert_opencl_matches_numpy(layer, rt, *inputs, rtol=1e-4, variant=None):
-    """The ncnn-style check: the layer's OpenCL forward (with `variant`, else the one its rule picks) equals
-    its numpy forward on the same inputs; on the first device also with half storage, within FP16_RTOL."""
-    assert layer.supports_opencl, f"{type(layer).__name__} has no OpenCL forward"
+    """The ncnn-style check: the OpenCL forward of the layer's operator (with `variant`, else the one its rule
+    picks) equals the layer's numpy forward on the same inputs; on the first device also with half storage,
+    within FP16_RTOL."""
+    from kuiper.opencl.layer import runs_on_device
+
+    layer = on_opencl(layer)
+    assert runs_on_device(layer), f"{type(layer).__name__} cannot run on OpenCL"
     expected = layer.run_numpy(*inputs)
     assert_outputs_close(layer.run_opencl(rt, *inputs, variant=variant), expected, rtol)
     half = fp16_twin(rt, inputs)
@@ -155,6 +173,7 @@ def assert_opencl_matches_numpy(layer, rt, *inputs, rtol=1e-4, variant=None):
 def assert_every_variant_matches_numpy(layer, rt, *inputs, rtol=1e-4) -> list:
     """The same check for every kernel variant able to run these inputs (kuiper/opencl/tuning.py), not only
     the one the rule picks on this device: a shape measured elsewhere may pick any of them. Returns their names."""
+    layer = on_opencl(layer)
     layer.build_opencl(rt)
     names = layer.variants.candidates(tuple(np.shape(x) for x in inputs))
     for name in names:
@@ -171,7 +190,8 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
     from kuiper.cpu import threads as cpu_threads
     from kuiper.cpu.registry import fast_class
     from kuiper.opencl import get_runtime
-    from kuiper.runtime.operators import make_layer
+    from kuiper.opencl.registry import opencl_class
+    from kuiper.runtime.backends import make_layer
     from kuiper.variants import shape_key
 
     options = {"input_shapes": [np.shape(x) for x in inputs], **layer_options}
@@ -180,7 +200,7 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
 
     checked = []
     if fast_class(type) is not None:
-        fast = make_layer(type, fast=True, **options)
+        fast = make_layer(type, backend="numpy", **options)
         shapes = shape_key([np.shape(x) for x in inputs])
         names = [None] if fast.variants is None else fast.variants.candidates(shapes)
         for name in names:
@@ -195,13 +215,14 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
                 finally:
                     cpu_threads.set_num_threads(None)
             checked.append(name or "forward_numpy")
-    if reference.supports_opencl:
+    if opencl_class(type) is not None:
+        device = make_layer(type, backend="opencl", **options)
         for spec in OPENCL_DEVICES:
-            assert_outputs_close(reference.run_opencl(get_runtime(spec), *inputs), expected, rtol,
+            assert_outputs_close(device.run_opencl(get_runtime(spec), *inputs), expected, rtol,
                                  f"{type} OpenCL on {spec}")
         if OPENCL_DEVICES and fits_half(inputs):
             half = get_runtime(OPENCL_DEVICES[0]).at_precision("fp16")
-            assert_outputs_close(reference.run_opencl(half, *inputs), expected, max(rtol, FP16_RTOL),
+            assert_outputs_close(device.run_opencl(half, *inputs), expected, max(rtol, FP16_RTOL),
                                  f"{type} OpenCL fp16 on {OPENCL_DEVICES[0]}")
     return checked
 

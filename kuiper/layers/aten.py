@@ -14,7 +14,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.expression import Expression
 from kuiper.layers.registry import register
-from kuiper.layers.strided import StridedCopy, View, contiguous_strides
+from kuiper.opencl.strided import StridedCopy, View, contiguous_strides
 
 
 class TensorBound(Expression):

@@ -41,7 +41,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.reduce import RowGroups
 from kuiper.layers.registry import register
-from kuiper.layers.strided import StridedCopy, View, contiguous_strides, merge_dims
+from kuiper.opencl.strided import StridedCopy, View, contiguous_strides, merge_dims
 from kuiper.opencl import DeviceTensor
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ConstantB, Gemm, Matrix
 

@@ -199,19 +199,6 @@ class Layer:
         """Compute outputs (preallocated numpy arrays, filled in place) from the input arrays."""
         raise NotImplementedError(f"{type(self).__name__} must implement forward_numpy")
 
-    # ---- the OpenCL path (kuiper/opencl/runtime.py) -------------------------------------------------
-    @property
-    def supports_opencl(self) -> bool:
-        """True when the layer has its own forward_opencl (otherwise the graph runs it on the host)."""
-        return type(self).forward_opencl is not Layer.forward_opencl
-
-    def build_opencl(self, rt) -> None:
-        """Once, when an OpenCL graph is built: fetch kernels (rt.kernel) and upload weights (rt.upload)."""
-
-    def forward_opencl(self, q, inputs: list, outputs: list) -> None:
-        """Enqueue kernels (q.run) computing the output DeviceTensors from the input DeviceTensors."""
-        raise NotImplementedError(f"{type(self).__name__} has no OpenCL forward")
-
     def run_numpy(self, *inputs: np.ndarray) -> list:
         """Run this layer alone: infer output shapes, allocate the outputs, call forward_numpy.
 
@@ -223,27 +210,3 @@ class Layer:
         outputs = [np.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]
         self.forward_numpy(inputs, outputs)
         return outputs
-
-    def run_opencl(self, rt, *inputs: np.ndarray, variant: str | None = None) -> list:
-        """Run this layer alone on an OpenCL device: upload the inputs, run forward_opencl, download.
-
-        The OpenCL twin of run_numpy, for tests and lessons (the graph uploads weights once per build and
-        keeps activations on the device; here everything crosses the host boundary each call). `variant`
-        names one of the layer's variants to run instead of the one its rule picks."""
-        from kuiper.opencl import DeviceTensor, Enqueuer
-
-        inputs = [np.ascontiguousarray(x) for x in inputs]
-        shapes = self.output_shapes([tuple(x.shape) for x in inputs])
-        dtypes = self.output_dtypes([x.dtype for x in inputs])
-        self.build_opencl(rt)
-        if variant is not None:
-            self.variants.use([x.shape for x in inputs], variant)
-        device_in = [DeviceTensor(rt, rt.upload(x), x.shape, rt.stored(x.dtype)) for x in inputs]
-        device_out = [DeviceTensor(rt, rt.allocate(np.prod(s, dtype=np.int64) * rt.stored(d).itemsize), s, rt.stored(d))
-                      for s, d in zip(shapes, dtypes)]
-        q = Enqueuer(rt)
-        q.begin(self.op, ())
-        self.forward_opencl(q, device_in, device_out)
-        q.finish()
-        return [t.numpy().astype(d, copy=False) for t, d in zip(device_out, dtypes)]  # float32 again if stored as fp16
-

@@ -5,7 +5,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.layers.strided import StridedCopy
+from kuiper.opencl.strided import StridedCopy
 
 
 @register("torch.cat")

@@ -21,11 +21,7 @@ class Clamp(ElementwiseLayer):
         if self.min is not None and self.max is not None and self.min > self.max:
             raise self.error(f"min={self.min} is greater than max={self.max}")
 
-    cl_function = "clamp"
     in_place = True
-
-    def cl_params(self):
-        return (-np.inf if self.min is None else self.min), (np.inf if self.max is None else self.max)
 
     def apply(self, x, out):
         np.clip(x, self.min, self.max, out=out)

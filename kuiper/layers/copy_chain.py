@@ -2,7 +2,7 @@
 as one strided copy from the chain's input.
 
 The copies pass (kuiper/runtime/copies.py) makes these. Each operator of the chain says where its output's
-elements sit given where its input's do (`walked`, on a layers/strided.py Walk); followed from the chain's
+elements sit given where its input's do (`walked`, on a layers/walk.py Walk); followed from the chain's
 input, the walks give the strides of one copy that writes the chain's output directly. Swin's window
 partition, `reshape -> permute -> reshape`, is one copy instead of two, and a chunk of q, k, v each followed by
 `reshape -> permute` is three copies instead of six.
@@ -20,12 +20,7 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.strided import StridedCopy, View, Walk, contiguous_strides
-from kuiper.opencl.runtime import DeviceTensor
-
-#: the work buffers (Enqueuer.scratch roles) of a chain that needs more than one copy, used in turn
-SCRATCH_ROLES = ("copy chain a", "copy chain b")
-
+from kuiper.layers.walk import Walk
 
 class CopyChain(Layer):
     """`steps`: [(layer, output index)], the chain's operators in order, each reading the one before."""
@@ -76,19 +71,4 @@ class CopyChain(Layer):
             read = np.lib.stride_tricks.as_strided(source.reshape(-1)[walk.offset:], sizes,
                                                    [s * source.itemsize for s in strides])
             np.copyto(target.reshape(sizes), read)
-            source = target
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        source = inputs[0]
-        copies = self.copies(source.shape)
-        for k, (walk, shape) in enumerate(copies):
-            target = outputs[0]
-            if k < len(copies) - 1:
-                nbytes = math.prod(shape) * source.dtype.itemsize
-                target = DeviceTensor(source.runtime, q.scratch(SCRATCH_ROLES[k % 2], nbytes), shape, source.dtype)
-            sizes, strides = walk.fine()
-            self.copier(q, sizes, View(target, contiguous_strides(sizes)), View(source, strides, walk.offset))
             source = target

@@ -18,7 +18,6 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.opencl import round_up
 
 
 class ElementwiseLayer(Layer):
@@ -37,33 +36,6 @@ class ElementwiseLayer(Layer):
     def apply(self, x: np.ndarray, out: np.ndarray) -> None:
         """Write f(x) into `out`, an array of x's shape: x itself only in layers marked `in_place`."""
         raise NotImplementedError(f"{type(self).__name__} must implement apply")
-
-    # ---- OpenCL: every activation is one function in cl/activation.cl, chosen by -DACT=act_<name> ----
-    #: the function's name in cl/activation.cl; None means the layer has no OpenCL formula
-    cl_function: str | None = None
-
-    @property
-    def supports_opencl(self) -> bool:
-        return self.cl_function is not None
-
-    def cl_params(self) -> tuple:
-        """The (a, b) floats the OpenCL formula reads (slopes, bounds)."""
-        return 0.0, 0.0
-
-    def build_opencl(self, rt):
-        # CPUs: exactly one work-item per element, no bounds check (Enqueuer.run_exact)
-        self.cl_exact = rt.is_cpu
-        self.cl_kernel = rt.kernel("activation.cl", "activation",
-                                   [f"-DACT=act_{self.cl_function}", *(["-DEXACT"] if self.cl_exact else [])])
-
-    def forward_opencl(self, q, inputs, outputs):
-        n = outputs[0].size
-        a, b = self.cl_params()
-        args = (outputs[0].buffer, inputs[0].buffer, np.int32(n), np.float32(a), np.float32(b))
-        if self.cl_exact:
-            q.run_exact(self.cl_kernel, (n,), 256, *args)
-        elif n:
-            q.run(self.cl_kernel, (round_up(n, 256),), None, *args)
 
 
 # ---- the error function ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
 from kuiper.layers.slice import IndexLayer
-from kuiper.layers.strided import StridedCopy, View, contiguous_strides, dense
+from kuiper.opencl.strided import StridedCopy, View, contiguous_strides, dense
 
 
 class BroadcastLayer(Layer):

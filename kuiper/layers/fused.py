@@ -9,9 +9,8 @@ layer is a `FusedLayer`: the convolution (`main`), then the steps, in order, on 
 The graph, the memory plan and both backends see an ordinary operator with inputs and one output. By
 default the steps run on the whole output after `main`; a main layer that defines
 `forward_epilogue(inputs, outputs, epilogue)` runs them itself on each part of the output it has just
-written, while that part is still in the CPU's cache (kuiper/cpu/conv2d.py does, band by band). On OpenCL
-a main layer with `takes_opencl_epilogue` (Conv2d's GEMM) applies steps of the shape a KernelEpilogue takes
-in the kernel that stores its output; other steps run as their own kernels.
+written, while that part is still in the CPU's cache (kuiper/cpu/conv2d.py does, band by band). The OpenCL
+backend's fused layer (kuiper/opencl/fused.py) runs the steps inside the main layer's kernel where it can.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import KernelEpilogue
 
 
 class EpilogueStep(NamedTuple):
@@ -98,26 +96,3 @@ class FusedLayer(Layer):
         else:
             self.main.forward_numpy(own, outputs)
             epilogue.apply(outputs[0])
-
-    @property
-    def supports_opencl(self) -> bool:
-        return self.main.supports_opencl and all(step.layer.supports_opencl for step in self.steps)
-
-    def build_opencl(self, rt):
-        epilogue = KernelEpilogue.of(self.steps) if getattr(self.main, "takes_opencl_epilogue", False) else None
-        self.in_kernel = epilogue is not None
-        if self.in_kernel:
-            self.main.cl_epilogue = epilogue
-        self.main.build_opencl(rt)
-        for step in self.steps if not self.in_kernel else ():
-            step.layer.build_opencl(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        if self.in_kernel:  # main's kernel reads the tensors the steps add from the inputs past its own
-            self.main.forward_opencl(q, inputs, outputs)
-            return
-        # each step's own kernel, in place on the output: element-wise, so reading and writing one buffer is safe
-        self.main.forward_opencl(q, inputs[:self.main_inputs], outputs)
-        for step in self.steps:
-            extra = [] if step.extra is None else [inputs[step.extra]]
-            step.layer.forward_opencl(q, [outputs[0], *extra], outputs)

@@ -29,10 +29,6 @@ class GELU(ElementwiseLayer):
         super().__init__(op)
         self.approximate = self.str_param("approximate", "none", choices=("none", "tanh"))
 
-    @property
-    def cl_function(self):
-        return "gelu_tanh" if self.approximate == "tanh" else "gelu"
-
     def apply(self, x, out):
         if self.approximate == "tanh":
             two_u = np.clip(x, -_SIGMOID_SATURATED_FROM, _SIGMOID_SATURATED_FROM)

@@ -15,7 +15,6 @@ def hardsigmoid(x, out):
 
 @register("nn.Hardsigmoid", "F.hardsigmoid")
 class Hardsigmoid(ElementwiseLayer):
-    cl_function = "hardsigmoid"
 
     def apply(self, x, out):
         hardsigmoid(x, out)

@@ -7,7 +7,6 @@ from kuiper.layers.registry import register
 
 @register("nn.Hardswish", "F.hardswish")
 class Hardswish(ElementwiseLayer):
-    cl_function = "hardswish"
 
     def apply(self, x, out):
         # x times a factor in [0, 1]; PyTorch's x·relu6(x+3)/6 could overflow at huge x, this cannot

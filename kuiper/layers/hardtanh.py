@@ -22,11 +22,7 @@ class Hardtanh(ElementwiseLayer):
         if self.min_val > self.max_val:
             raise self.error(f"min_val={self.min_val} is greater than max_val={self.max_val}")
 
-    cl_function = "clamp"
     in_place = True
-
-    def cl_params(self):
-        return self.min_val, self.max_val
 
     def apply(self, x, out):
         np.clip(x, self.min_val, self.max_val, out=out)

@@ -17,11 +17,6 @@ class LeakyReLU(ElementwiseLayer):
         self.negative_slope = self.float_param("negative_slope", 0.01)
         self.pick = np.maximum if self.negative_slope <= 1.0 else np.minimum
 
-    cl_function = "leaky_relu"
-
-    def cl_params(self):
-        return self.negative_slope, 0.0
-
     def apply(self, x, out):
         np.multiply(x, self.negative_slope, out=out)
         self.pick(x, out, out=out)

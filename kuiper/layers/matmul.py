@@ -29,7 +29,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.expression import Expression
 from kuiper.layers.registry import register
-from kuiper.layers.strided import MAX_RANK, StridedCopy, View, contiguous_strides, merge_dims
+from kuiper.opencl.strided import MAX_RANK, StridedCopy, View, contiguous_strides, merge_dims
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
 from kuiper.pnnx.dtypes import numpy_dtype
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.layers.strided import WORD_TYPES, StridedCopy, sliced
+from kuiper.opencl.strided import WORD_TYPES, StridedCopy, sliced
 from kuiper.opencl import round_up
 
 #: the MODE each mode builds cl/pad.cl with (constant padding uses only its `fill`, which ignores MODE)

@@ -4,7 +4,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.layers.strided import MAX_RANK, StridedCopy
+from kuiper.opencl.strided import MAX_RANK, StridedCopy
 
 
 @register("Tensor.permute")
@@ -24,7 +24,7 @@ class Permute(Layer):
         return [tuple(shape[a] for a in self.axes)]
 
     def walked(self, walk, shape, output: int):
-        """Where the output's elements sit, given the input's walk (layers/strided.py Walk)."""
+        """Where the output's elements sit, given the input's walk (layers/walk.py)."""
         return walk.permuted(self.axes)
 
     def forward_numpy(self, inputs, outputs):

@@ -18,7 +18,7 @@ from kuiper.layers.base import Layer
 from kuiper.layers.expression import Expression
 from kuiper.layers.matmul import Scratch
 from kuiper.layers.registry import register
-from kuiper.layers.strided import contiguous_strides, merge_dims
+from kuiper.opencl.strided import contiguous_strides, merge_dims
 from kuiper.opencl import round_up
 from kuiper.pnnx.dtypes import numpy_dtype
 
@@ -132,7 +132,7 @@ def reduce_layout(shape: tuple, axes: tuple):
     strides, reduced extents, their strides, number of reduced elements), the first four as int32 arrays of
     CL_DIMS, innermost first; None when more than CL_DIMS of either kind remain. Cached per shape.
 
-    Dims are merged as a copy from the input to the output would merge them (kuiper/layers/strided.py),
+    Dims are merged as a copy from the input to the output would merge them (kuiper/opencl/strided.py),
     the reduced dims having output stride 0: two reduced neighbours merge, a reduced and a kept one never."""
     kept_axes = [a for a in range(len(shape)) if a not in axes]
     out_strides = dict(zip(kept_axes, contiguous_strides([shape[a] for a in kept_axes])))

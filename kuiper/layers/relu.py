@@ -8,7 +8,6 @@ from kuiper.layers.registry import register
 
 @register("nn.ReLU", "F.relu")
 class ReLU(ElementwiseLayer):
-    cl_function = "relu"
     in_place = True
 
     def apply(self, x, out):

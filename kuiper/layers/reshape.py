@@ -32,7 +32,7 @@ class ViewLayer(Layer):
     """
 
     def walked(self, walk, shape, output: int):
-        """Where the output's elements sit, given the input's walk (layers/strided.py Walk)."""
+        """Where the output's elements sit, given the input's walk (layers/walk.py)."""
         return walk.reshaped(self.output_shapes([shape])[0])
 
     def forward_numpy(self, inputs, outputs):

@@ -17,7 +17,7 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
 from kuiper.layers.slice import refuse_tensor_inputs
-from kuiper.layers.strided import StridedCopy, indexed_shape, sliced
+from kuiper.opencl.strided import StridedCopy, indexed_shape, sliced
 
 
 @register("torch.roll")

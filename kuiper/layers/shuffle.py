@@ -17,7 +17,7 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.layers.strided import StridedCopy
+from kuiper.opencl.strided import StridedCopy
 
 
 class ShuffleLayer(Layer):

@@ -26,7 +26,6 @@ def sigmoid(x, out):
 
 @register("nn.Sigmoid", "F.sigmoid")
 class Sigmoid(ElementwiseLayer):
-    cl_function = "sigmoid"
 
     def apply(self, x, out):
         sigmoid(x, out)

@@ -7,7 +7,6 @@ from kuiper.layers.sigmoid import sigmoid
 
 @register("nn.SiLU", "F.silu")
 class SiLU(ElementwiseLayer):
-    cl_function = "silu"
 
     def apply(self, x, out):
         sigmoid(x, out)

@@ -19,7 +19,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.layers.strided import StridedCopy, dense, indexed_shape, sliced
+from kuiper.opencl.strided import StridedCopy, dense, indexed_shape, sliced
 
 #: pnnx's "to the end" and "no select": int64's maximum, clamped to int32 by its writer
 END = 2**31 - 1

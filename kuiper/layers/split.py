@@ -11,7 +11,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.layers.strided import StridedCopy
+from kuiper.opencl.strided import StridedCopy
 
 
 def equal_pieces(length: int, size: int):
@@ -42,7 +42,7 @@ class SplitLayer(Layer):
         return [shape[:axis] + (size,) + shape[axis + 1:] for size in sizes]
 
     def walked(self, walk, shape, output: int):
-        """Where piece `output`'s elements sit, given the input's walk (layers/strided.py Walk)."""
+        """Where piece `output`'s elements sit, given the input's walk (layers/walk.py)."""
         axis = dim_index(self, self.dim, len(shape))
         lengths = [piece[axis] for piece in self.output_shapes([shape])]
         return walk.narrowed(axis, sum(lengths[:output]), lengths[output])

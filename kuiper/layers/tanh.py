@@ -8,7 +8,6 @@ from kuiper.layers.registry import register
 
 @register("nn.Tanh", "F.tanh")
 class Tanh(ElementwiseLayer):
-    cl_function = "tanh"
 
     def apply(self, x, out):
         np.tanh(x, out=out)

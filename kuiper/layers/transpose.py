@@ -5,7 +5,7 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.layers.strided import StridedCopy
+from kuiper.opencl.strided import StridedCopy
 
 
 @register("torch.transpose")
@@ -30,7 +30,7 @@ class Transpose(Layer):
         return axes
 
     def walked(self, walk, shape, output: int):
-        """Where the output's elements sit, given the input's walk (layers/strided.py Walk)."""
+        """Where the output's elements sit, given the input's walk (layers/walk.py)."""
         return walk.permuted(self.axes(len(shape)))
 
     def forward_numpy(self, inputs, outputs):

@@ -10,3 +10,6 @@ __all__ = [
     "BufferPool", "DeviceTensor", "Enqueuer", "OpenCLRuntime", "all_devices", "describe", "expose_pip_drivers",
     "get_runtime", "probe", "round_up", "select_device", "spec_of", "usable_devices",
 ]
+
+# the OpenCL layers, registered by PNNX type (registry.py): imported last, since they build on the runtime
+from kuiper.opencl import activations, copy_chain, fused  # noqa: E402,F401

@@ -28,9 +28,10 @@ from kuiper.runtime.operators import RuntimeOperator, link_successors
 MOVERS = (Permute, Transpose, ViewLayer, SplitLayer)
 
 
-def compose(order: list, graph_ends: set) -> list:
+def compose(order: list, graph_ends: set, chain_class=CopyChain) -> list:
     """Rewrite `order` (operators in execution order, linked) as described above; returns the new operator list.
-    `graph_ends` are the names of the graph's input and output operands."""
+    `graph_ends` are the names of the graph's input and output operands; `chain_class` is the backend's
+    CopyChain."""
     absorbed = set()
     replaced = {}  # name of an operator that starts chains -> the operators that stand for them
     for op in order:
@@ -40,7 +41,8 @@ def compose(order: list, graph_ends: set) -> list:
         if not any(len(chain) > 1 and not all(isinstance(o.layer, ViewLayer) for o, _ in chain) for chain in chains):
             continue
         split = len(chains) > 1 or isinstance(op.layer, SplitLayer)
-        replaced[op.name] = [_operator(chain, f"{op.name}[{i}]" if split else op.name) for i, chain in enumerate(chains)]
+        replaced[op.name] = [_operator(chain, f"{op.name}[{i}]" if split else op.name, chain_class)
+                            for i, chain in enumerate(chains)]
         absorbed.update(o.name for chain in chains for o, _ in chain[1:])
         source = op.input_operands[0]
         source.consumers = [c for c in source.consumers if c is not op] + replaced[op.name]
@@ -70,7 +72,7 @@ def _chain(op, output: int, graph_ends: set) -> list:
         chain.append((reader, 0))
 
 
-def _operator(chain: list, name: str) -> RuntimeOperator:
+def _operator(chain: list, name: str, chain_class) -> RuntimeOperator:
     """The operator that does `chain`: its first operator's input in, its last output out."""
     first = chain[0][0]
     op = RuntimeOperator("+".join(o.type for o, _ in chain), name, line=first.line)
@@ -79,6 +81,6 @@ def _operator(chain: list, name: str) -> RuntimeOperator:
     last, index = chain[-1]
     op.output_operands = [last.output_operands[index]]
     op.output_operand.producer = op
-    op.layer = CopyChain(op, [(o.layer, i) for o, i in chain])
+    op.layer = chain_class(op, [(o.layer, i) for o, i in chain])
     op.absorbed = [o for o, _ in chain]
     return op

@@ -21,8 +21,9 @@ import contextlib
 import numpy as np
 
 from kuiper.cpu import blas, threads
-from kuiper.cpu.registry import fast_class
-from kuiper.layers.registry import layer_class
+from kuiper.layers.copy_chain import CopyChain
+from kuiper.layers.fused import FusedLayer
+from kuiper.runtime.backends import backend_class
 from kuiper.tensor import Tensor
 
 
@@ -32,9 +33,10 @@ class NumpyExecutor:
     fuses = True    # the copies and fusion passes (runtime/copies.py, runtime/fusion.py) run
     runtime = None       # no OpenCL runtime
     host_fallbacks = ()  # every layer runs here
+    fused_class, chain_class = FusedLayer, CopyChain  # what the passes make
 
     def make_layer(self, op):
-        return (fast_class(op.type) or layer_class(op.type, op.name))(op)
+        return backend_class(op.type, self.name, op.name)(op)
 
     def build(self, order: list) -> None:
         """Nothing to compile or upload on the host; a word if numpy's BLAS misreads the CPU (cpu/blas.py)."""
@@ -77,9 +79,6 @@ class ReferenceExecutor(NumpyExecutor):
 
     name = "reference"
     fuses = False
-
-    def make_layer(self, op):
-        return layer_class(op.type, op.name)(op)
 
     def forward(self, plan):
         return contextlib.nullcontext()

@@ -29,14 +29,15 @@ from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.layers.expression import Expression
 from kuiper.layers.fused import EpilogueStep, FusedLayer
 from kuiper.layers.reshape import ViewLayer
+from kuiper.opencl.layer import runs_on_device
 from kuiper.runtime.operators import RuntimeOperator, link_successors
 
 
-def fuse(order: list, graph_ends: set, on_device: bool = False) -> list:
+def fuse(order: list, graph_ends: set, fused_class=FusedLayer, on_device: bool = False) -> list:
     """Rewrite `order` (operators in execution order, linked) as described above; returns the new operator
-    list, still in execution order. `graph_ends` are the names of the graph's input and output operands.
-    on_device: the layers run on OpenCL, where every activation with an OpenCL formula (`cl_function`) works in
-    place, whether or not its numpy forward does."""
+    list, still in execution order. `graph_ends` are the names of the graph's input and output operands;
+    `fused_class` is the backend's FusedLayer. on_device: the layers run on OpenCL, where every activation with
+    an OpenCL forward works in place, whether or not its numpy forward does."""
     groups = {}  # name of an operand a fused group ends in -> that group (a dict, see _extend)
     removed = set()
     for op in order:
@@ -48,7 +49,7 @@ def fuse(order: list, graph_ends: set, on_device: bool = False) -> list:
                 op.output_operand.overwrites = source
             continue
         if isinstance(op.layer, ElementwiseLayer) and len(op.input_operands) == 1 and (
-                op.layer.in_place or on_device and getattr(op.layer, "cl_function", None) is not None):
+                op.layer.in_place or on_device and runs_on_device(op.layer)):
             sources = op.input_operands
         elif isinstance(op.layer, Expression) and op.layer.adds_two_inputs:
             # the sum has one input's shape (as the file records it), not a broadcast larger one
@@ -73,7 +74,7 @@ def fuse(order: list, graph_ends: set, on_device: bool = False) -> list:
         if op.name in removed:
             continue
         group = fused.get(id(op))
-        result.append(op if group is None else _fused_operator(group))
+        result.append(op if group is None else _fused_operator(group, fused_class))
     link_successors(result)
     return result
 
@@ -101,7 +102,7 @@ def _extend(group: dict, op, others: list) -> None:
     group["output"] = op.output_operand
 
 
-def _fused_operator(group: dict) -> RuntimeOperator:
+def _fused_operator(group: dict, fused_class) -> RuntimeOperator:
     """The operator that replaces the group: main's inputs and the summed tensors in, the last step's output
     out. It keeps main's name (profiles and variants stay keyed by it) and names every type it does."""
     main, absorbed = group["main"], group["absorbed"]
@@ -114,6 +115,6 @@ def _fused_operator(group: dict) -> RuntimeOperator:
     replaced = {id(main), *(id(op) for op in absorbed)}
     for operand in fused.input_operands:
         operand.consumers = [fused if id(c) in replaced else c for c in operand.consumers]
-    fused.layer = FusedLayer(fused, main.layer, group["steps"], len(main.input_operands))
+    fused.layer = fused_class(fused, main.layer, group["steps"], len(main.input_operands))
     fused.absorbed = [main] + absorbed
     return fused

@@ -39,6 +39,7 @@ from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
 from kuiper.pnnx.dtypes import numpy_dtype
 from kuiper.runtime import checks, copies, fusion, memory
+from kuiper.runtime.backends import BACKENDS
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
 from kuiper.runtime.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
     INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter,
@@ -47,7 +48,6 @@ from kuiper.runtime.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STR
 from kuiper.runtime.opencl_executor import OpenCLExecutor
 from kuiper.runtime.planner import ExecutionPlan, layout
 
-BACKENDS = ("numpy", "reference", "opencl")
 SCHEDULES = ("inorder", "levels")
 #: how many execution plans a graph keeps by default: enough for the few batch sizes and image sizes a service
 #: meets in turn, while one fed ever new sizes holds at most this many plans' buffers
@@ -177,8 +177,8 @@ class RuntimeGraph:
         self.unfused_order = self._schedule()
         if self.executor.fuses:
             ends = {o.name for o in self.output_operands} | {op.output_operand.name for op in self.input_operators}
-            moved = copies.compose(self.unfused_order, ends)
-            self.operators = fusion.fuse(moved, ends, on_device=self.executor.device)
+            moved = copies.compose(self.unfused_order, ends, self.executor.chain_class)
+            self.operators = fusion.fuse(moved, ends, self.executor.fused_class, on_device=self.executor.device)
             self.operands = {o.name: o for op in self.operators for o in op.output_operands}
         self.order = self._schedule()
         self.executor.build(self.order)

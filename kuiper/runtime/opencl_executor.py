@@ -10,10 +10,13 @@ import contextlib
 import warnings
 
 from kuiper.errors import KuiperWarning
-from kuiper.layers.registry import layer_class
 from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
+from kuiper.opencl.copy_chain import CopyChain
+from kuiper.opencl.fused import FusedLayer
+from kuiper.opencl.layer import runs_on_device
 from kuiper.opencl.runtime import Scratch
 from kuiper.opencl.tuning import MEASURE, TuningCache, choose
+from kuiper.runtime.backends import backend_class
 from kuiper.runtime.planner import reuse_waits
 
 
@@ -21,6 +24,7 @@ class OpenCLExecutor:
     name = "opencl"
     device = True
     fuses = True
+    fused_class, chain_class = FusedLayer, CopyChain  # what the passes make
 
     def __init__(self, device: str | None, schedule: str, tuning: str, where: str, precision: str = "fp32"):
         self.spec = device
@@ -34,7 +38,7 @@ class OpenCLExecutor:
         self.staging = {}  # graph input or output name -> its float32 buffer where it is stored otherwise
 
     def make_layer(self, op):
-        return layer_class(op.type, op.name)(op)
+        return backend_class(op.type, self.name, op.name)(op)
 
     def build(self, order: list) -> None:
         self.runtime = rt = get_runtime(self.spec).at_precision(self.precision)
@@ -44,7 +48,7 @@ class OpenCLExecutor:
         for op in order:
             if op.layer is None:
                 continue
-            if op.layer.supports_opencl:
+            if runs_on_device(op.layer):
                 op.layer.build_opencl(self.runtime)
             else:
                 self.host_fallbacks.append(op)

@@ -142,18 +142,6 @@ def make_operator(type: str, name: str = "op", params: dict | None = None, attrs
     return op
 
 
-def make_layer(type: str, fast: bool = False, **kwargs):
-    """Create the registered layer for `type` on a hand-made operator (see make_operator): the reference layer,
-    or with fast=True the numpy backend's fast one where there is one (kuiper/cpu/)."""
-    from kuiper.cpu.registry import fast_class
-    from kuiper.layers.registry import layer_class
-
-    op = make_operator(type, **kwargs)
-    op.layer = ((fast and fast_class(type)) or layer_class(type, op.name))(op)
-    op.layer.check_params_read()
-    return op.layer
-
-
 def link_successors(operators: list) -> None:
     """Set each operator's successors from its outputs' consumers (after a pass has rewritten the list)."""
     for op in operators:

@@ -7,7 +7,7 @@ import numpy as np
 
 from kuiper import cpu  # noqa: F401  (registers the fast layers)
 from kuiper.cpu import threads
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 THREADS = (1, 2, 3)
 
@@ -29,7 +29,7 @@ def assert_views_match_reference(type, inputs, out, **options):
     options = {"input_shapes": [x.shape for x in inputs], **options}
     expected = np.empty(out.shape, out.dtype)
     make_layer(type, **options).forward_numpy(inputs, [expected])
-    fast = make_layer(type, fast=True, **options)
+    fast = make_layer(type, backend="numpy", **options)
     for count in THREADS:
         out[...] = 0
         with running_on(count):

@@ -15,7 +15,7 @@ from test_elementwise_fast import with_special_values
 import kuiper
 from kuiper.cpu.activations import ThroughWorkBlock
 from kuiper.cpu.registry import fast_class
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(5)
 IN_PLACE = ["nn.SiLU", "F.silu", "nn.Hardswish", "F.hardswish", "nn.ReLU", "F.relu", "nn.GELU", "F.gelu"]
@@ -53,7 +53,7 @@ def test_overwriting_the_input_matches_reference(type, count):
     x = with_special_values(RNG.standard_normal((1, 40, 57, 61)).astype(np.float32) * 6)  # 2.1 blocks
     want = expected(type, x)
     with running_on(count):
-        make_layer(type, fast=True, input_shapes=[x.shape]).forward_numpy([x], [x])
+        make_layer(type, backend="numpy", input_shapes=[x.shape]).forward_numpy([x], [x])
     assert_close(x, want, type)
 
 
@@ -66,7 +66,7 @@ def test_apply_in_place_at_block_edges(type, blocks, extra, count):
     x = RNG.standard_normal(blocks * fast_class(type).block + extra).astype(np.float32) * 6
     want = expected(type, x)
     with running_on(count):
-        make_layer(type, fast=True, input_shapes=[x.shape]).apply(x, x)
+        make_layer(type, backend="numpy", input_shapes=[x.shape]).apply(x, x)
     assert_close(x, want)
 
 
@@ -89,7 +89,7 @@ def test_apply_on_views(type, part, in_place):
     out = x if in_place else target[(0, *PARTS[part])]
     keep = whole.copy()
     with running_on(2):
-        make_layer(type, fast=True, input_shapes=[x.shape]).apply(x, out)
+        make_layer(type, backend="numpy", input_shapes=[x.shape]).apply(x, out)
     assert_close(out, want)
     written = whole if in_place else target
     untouched = np.ones(whole.shape, bool)
@@ -99,7 +99,7 @@ def test_apply_on_views(type, part, in_place):
 
 def through_work_blocks(type, x, **params):
     """The fast layer's forward on x, the layer checked to compute through work blocks."""
-    layer = make_layer(type, fast=True, input_shapes=[x.shape], params=params)
+    layer = make_layer(type, backend="numpy", input_shapes=[x.shape], params=params)
     assert isinstance(layer, ThroughWorkBlock)
     out = np.empty_like(x)
     layer.forward_numpy([x], [out])
@@ -139,7 +139,7 @@ def test_gelu_special_values_are_the_references(approximate):
     options = {"input_shapes": [x.shape], "params": {"approximate": approximate}}
     want = np.empty_like(x)
     make_layer("nn.GELU", **options).forward_numpy([x], [want])
-    make_layer("nn.GELU", fast=True, **options).forward_numpy([x], [x])
+    make_layer("nn.GELU", backend="numpy", **options).forward_numpy([x], [x])
     np.testing.assert_array_equal(x, want)
     np.testing.assert_array_equal(np.signbit(x), np.signbit(want))
 

@@ -7,7 +7,7 @@ from conftest import assert_every_path_matches_reference
 from cpu_tools import assert_views_match_reference
 
 from kuiper.cpu.adaptive_pool import FastAdaptiveAvgPool2d, mean_column
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(29)
 
@@ -55,7 +55,7 @@ def test_strided_arrays_match_reference(layout):
 
 
 def test_is_the_numpy_layer_and_its_column_is_shared_read_only():
-    layer = make_layer("nn.AdaptiveAvgPool2d", fast=True, params=dict(output_size=(1, 1)), input_shapes=[None])
+    layer = make_layer("nn.AdaptiveAvgPool2d", backend="numpy", params=dict(output_size=(1, 1)), input_shapes=[None])
     assert isinstance(layer, FastAdaptiveAvgPool2d)
     column = mean_column(49, np.dtype(np.float32))
     assert column is mean_column(49, np.dtype(np.float32)) and not column.flags.writeable

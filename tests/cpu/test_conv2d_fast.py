@@ -11,7 +11,7 @@ from cpu_tools import THREADS, running_on
 from kuiper.cpu import conv2d, depthwise, threads
 from kuiper.winograd import F2, F4
 from kuiper.layers.fused import Epilogue, EpilogueStep
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(23)
 
@@ -213,7 +213,7 @@ def test_epilogue_adds_then_activates_every_part(budgets, name, activation):
     tensor to each part of its output, then applies the activation, whichever way the parts are cut."""
     params, shape, offered = EPILOGUE_CASES[name]
     options = dict(input_shapes=[shape], **conv_params(**params))
-    layer = make_layer("nn.Conv2d", fast=True, **options)
+    layer = make_layer("nn.Conv2d", backend="numpy", **options)
     x = RNG.standard_normal(shape).astype(np.float32)
     conv = make_layer("nn.Conv2d", **options).run_numpy(x)[0]
     residual = RNG.standard_normal(conv.shape).astype(np.float32)
@@ -235,7 +235,7 @@ def test_epilogue_adds_then_activates_every_part(budgets, name, activation):
 
 
 def make_fast(params, shape):
-    return make_layer("nn.Conv2d", fast=True, input_shapes=[shape], **conv_params(**params))
+    return make_layer("nn.Conv2d", backend="numpy", input_shapes=[shape], **conv_params(**params))
 
 
 def test_rule_by_output_size():
@@ -263,13 +263,13 @@ def test_phases_buffers_follow_shape_changes():
     """The mosaic's frames of zeros stay zeros across input sizes, and what the variant keeps (its own buffers and
     its undilated convolution's) is at most what workspace_bytes says."""
     options = conv_params(in_channels=5, out_channels=6, kernel_size=3, padding=2, dilation=2)
-    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 5, 12, 12)], **options)
+    layer = make_layer("nn.Conv2d", backend="numpy", input_shapes=[(1, 5, 12, 12)], **options)
     reference = make_layer("nn.Conv2d", input_shapes=[(1, 5, 12, 12)], **options)
     for shape in [(1, 5, 12, 12), (1, 5, 10, 10), (2, 5, 12, 10), (1, 5, 12, 12), (5, 10, 10)]:
         layer.variants.fix([shape], "phases")
         x = RNG.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(layer.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-4, atol=1e-4)
-    fresh = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 5, 12, 12)], **options)
+    fresh = make_layer("nn.Conv2d", backend="numpy", input_shapes=[(1, 5, 12, 12)], **options)
     fresh.variants.fix([(1, 5, 28, 28)], "phases")
     fresh.run_numpy(RNG.standard_normal((1, 5, 28, 28)).astype(np.float32))
     kept = [b.nbytes for conv in (fresh, fresh.undilated_conv) for b in conv.scratch._buffers.values()]
@@ -377,7 +377,7 @@ def test_winograd_accuracy_at_resnet_widths(name, channels, size):
     """Hundreds of channels summed in the transformed domain: the float32 error stays well inside the tolerance."""
     options = conv_params(channels, channels, 3, padding=1)
     shape = (1, channels, size, size)
-    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[shape], **options)
+    layer = make_layer("nn.Conv2d", backend="numpy", input_shapes=[shape], **options)
     layer.variants.fix([shape], name)
     x = RNG.standard_normal(shape).astype(np.float32)
     padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
@@ -395,7 +395,7 @@ def test_buffers_follow_shape_changes(name):
     the 7x7 image reads must still be zeros."""
     params = dict(in_channels=5, out_channels=6, kernel_size=3, padding=1)
     options = conv_params(**params)
-    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 5, 8, 8)], **options)
+    layer = make_layer("nn.Conv2d", backend="numpy", input_shapes=[(1, 5, 8, 8)], **options)
     reference = make_layer("nn.Conv2d", input_shapes=[(1, 5, 8, 8)], **options)
     for shape in [(1, 5, 8, 8), (1, 5, 7, 7), (3, 5, 8, 7), (1, 5, 8, 8), (5, 7, 7), (1, 5, 7, 7)]:
         layer.variants.fix([shape], name)
@@ -408,7 +408,7 @@ def test_depthwise_buffers_follow_shape_changes(budgets, name):
     """The depthwise variants over several shapes: at stride 2, 10 and 9 columns make outputs as wide, and
     buffers as large, but the 9-column image's last column is padding, which must read as zeros."""
     options = conv_params(in_channels=6, out_channels=6, kernel_size=3, stride=2, padding=1, groups=6)
-    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 6, 10, 10)], **options)
+    layer = make_layer("nn.Conv2d", backend="numpy", input_shapes=[(1, 6, 10, 10)], **options)
     reference = make_layer("nn.Conv2d", input_shapes=[(1, 6, 10, 10)], **options)
     for shape in [(1, 6, 10, 10), (1, 6, 9, 9), (2, 6, 10, 9), (1, 6, 10, 10), (6, 9, 10), (1, 6, 9, 9)]:
         layer.variants.fix([shape], name)
@@ -423,7 +423,7 @@ def test_depthwise_buffers_follow_shape_changes(budgets, name):
 def test_the_rule_switches_variants_on_one_layer():
     """Image sizes whose rule is F(4x4), F(2x2) and im2col, back and forth, nothing fixed beforehand."""
     options = conv_params(3, 4, 3, padding=1)
-    layer = make_layer("nn.Conv2d", fast=True, input_shapes=[(1, 3, 24, 24)], **options)
+    layer = make_layer("nn.Conv2d", backend="numpy", input_shapes=[(1, 3, 24, 24)], **options)
     reference = make_layer("nn.Conv2d", input_shapes=[(1, 3, 24, 24)], **options)
     for size, name in [(24, "winograd_f4"), (14, "winograd_f2"), (7, "im2col"), (22, "winograd_f4"),
                        (24, "winograd_f4"), (12, "winograd_f2")]:

@@ -12,7 +12,7 @@ from kuiper.cpu.elementwise import BLOCK, BlockedElementwise
 from kuiper.cpu.registry import fast_class
 from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.layers.registry import layer_class, register, registered_types, unregister
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(11)
 
@@ -94,5 +94,5 @@ def test_in_place_on_the_input_matches_reference(count):
     expected = np.maximum(x, 0)
     assert fast_class("nn.ReLU").in_place
     with running_on(count):
-        make_layer("nn.ReLU", fast=True, input_shapes=[x.shape]).forward_numpy([x], [x])
+        make_layer("nn.ReLU", backend="numpy", input_shapes=[x.shape]).forward_numpy([x], [x])
     np.testing.assert_array_equal(x, expected)

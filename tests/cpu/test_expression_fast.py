@@ -9,7 +9,7 @@ from cpu_tools import THREADS, assert_views_match_reference, running_on
 from kuiper.cpu.elementwise import BLOCK
 from kuiper.cpu.expression import FastExpression
 from kuiper.layers.fused import Epilogue, EpilogueStep
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(13)
 
@@ -82,7 +82,7 @@ def run_with_epilogue(expr, inputs, steps, main_inputs):
     """The fast expression on inputs[:main_inputs], then `steps` on its output (the fused operator's inputs
     are `inputs`), as FusedLayer runs it, at each thread count."""
     own = inputs[:main_inputs]
-    layer = make_layer("pnnx.Expression", fast=True, params={"expr": expr}, input_shapes=[x.shape for x in own])
+    layer = make_layer("pnnx.Expression", backend="numpy", params={"expr": expr}, input_shapes=[x.shape for x in own])
     assert isinstance(layer, FastExpression)
     results = []
     for count in THREADS:

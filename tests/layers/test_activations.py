@@ -20,7 +20,7 @@ import kuiper.layers.silu  # noqa: F401
 import kuiper.layers.tanh  # noqa: F401
 from kuiper.errors import LayerError
 from kuiper.layers.elementwise import erf, erfc
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(7)
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_opencl_matches_numpy
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 ACTIVATIONS = [
     ("nn.ReLU", {}), ("nn.Sigmoid", {}), ("nn.Tanh", {}), ("nn.SiLU", {}), ("nn.Hardsigmoid", {}),
@@ -35,7 +35,7 @@ def test_exp_formulas_element_by_element(cl_runtime, type_, params):
     x = np.concatenate([np.linspace(-100, 100, 20001, dtype=np.float32),
                         np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 89.0, -89.0], np.float32),
                         np.array([1e-30, -1e-6, 1e-3, 0.1249, -0.1251], np.float32)])  # tanh's two forms meet at 1/8
-    layer = make_layer(type_, params=params, input_shapes=[x.shape])
+    layer = make_layer(type_, backend="opencl", params=params, input_shapes=[x.shape])
     with np.errstate(over="ignore", invalid="ignore"):
         want = layer.run_numpy(x)[0]
     got = layer.run_opencl(cl_runtime, x)[0]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_opencl_matches_numpy
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from test_adaptive_pool import CASES
 
 RNG = np.random.default_rng(4)

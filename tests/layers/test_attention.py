@@ -15,7 +15,7 @@ from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
 from kuiper.layers.attention import MultiheadAttention
 from kuiper.runtime import operators
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(5)
 E, H = 8, 2
@@ -363,7 +363,7 @@ def assert_buffers_hold_nothing_stale(monkeypatch, count, type, runs, **options)
     matches the reference each time, and keeps what its workspace_bytes says; bands and items made small
     enough that `count` threads each write their own part of the kept buffers."""
     monkeypatch.setattr(threads, "MIN_MACS", 64)
-    fast = make_layer(type, fast=True, input_shapes=[x.shape for x in runs[0]], **options)
+    fast = make_layer(type, backend="numpy", input_shapes=[x.shape for x in runs[0]], **options)
     reference = make_layer(type, input_shapes=[x.shape for x in runs[0]], **options)
     assert fast.keeps_workspace
     for operand, x in zip(fast.op.input_operands, runs[0]):  # as pnnx records them: a boolean mask's copy is counted
@@ -433,12 +433,12 @@ def test_fast_layers_write_outputs_given_as_strided_views(named):
     """The graph hands layers contiguous outputs, which the fast layers write through reshaped views of; outputs
     given by hand as strided views get the same values (written after, from the layer's own arrays)."""
     q, k, v = QKV
-    sdpa_layer = make_layer("F.scaled_dot_product_attention", fast=True, params={"dropout_p": 0.0, "is_causal": False,
+    sdpa_layer = make_layer("F.scaled_dot_product_attention", backend="numpy", params={"dropout_p": 0.0, "is_causal": False,
                                                                                "attn_mask": None},
                             input_shapes=[q.shape, k.shape, v.shape])
     x = data(2, 5, E)
     named((), [x.shape, (2, H, 5, 5)])
-    mha = make_layer("nn.MultiheadAttention", fast=True, params=mha_params(), attrs=mha_weights(),
+    mha = make_layer("nn.MultiheadAttention", backend="numpy", params=mha_params(), attrs=mha_weights(),
                      input_shapes=[x.shape], num_outputs=2)
     for layer, inputs in ((sdpa_layer, [q, k, v]), (mha, [x])):
         expected = layer.run_numpy(*inputs)
@@ -452,10 +452,10 @@ def test_fast_layers_write_outputs_given_as_strided_views(named):
 def test_fast_layers_take_an_empty_batch():
     """Batch 0: every buffer and view is empty, and the output too."""
     q, k, v = data(0, 6, 5, 4), data(0, 3, 7, 4), data(0, 3, 7, 6)
-    grouped = make_layer("F.scaled_dot_product_attention", fast=True, input_shapes=[q.shape, k.shape, v.shape],
+    grouped = make_layer("F.scaled_dot_product_attention", backend="numpy", input_shapes=[q.shape, k.shape, v.shape],
                          params={"dropout_p": 0.0, "is_causal": False, "attn_mask": None, "enable_gqa": True})
     assert grouped.run_numpy(q, k, v)[0].shape == (0, 6, 5, 6)
-    mha = make_layer("nn.MultiheadAttention", fast=True, params=mha_params(), attrs=mha_weights(),
+    mha = make_layer("nn.MultiheadAttention", backend="numpy", params=mha_params(), attrs=mha_weights(),
                      input_shapes=[(0, 5, E)])
     assert mha.run_numpy(data(0, 5, E))[0].shape == (0, 5, E)
 
@@ -469,11 +469,11 @@ def test_a_second_forward_allocates_no_large_array(named):
     x, mask = data(64, 49, 96), data(192, 49, 49)
     q, k, v = data(64, 3, 49, 32), data(64, 3, 49, 32), data(64, 3, 49, 32)
     sdpa_inputs = [q, k, v, mask.reshape(64, 3, 49, 49)]
-    sdpa_layer = make_layer("F.scaled_dot_product_attention", fast=True, params={"dropout_p": 0.0, "is_causal": False},
+    sdpa_layer = make_layer("F.scaled_dot_product_attention", backend="numpy", params={"dropout_p": 0.0, "is_causal": False},
                             input_shapes=[a.shape for a in sdpa_inputs])
     named(("input", "attn_mask"), [x.shape])
     params = dict(mha_params(), embed_dim=96, num_heads=3, kdim=96, vdim=96)
-    mha = make_layer("nn.MultiheadAttention", fast=True, params=params, attrs=attrs,
+    mha = make_layer("nn.MultiheadAttention", backend="numpy", params=params, attrs=attrs,
                      input_shapes=[x.shape, mask.shape])
     for layer, inputs in ((mha, [x, mask]), (sdpa_layer, sdpa_inputs)):
         outputs = [np.empty(x.shape if layer is mha else q.shape, np.float32)]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(17)
 

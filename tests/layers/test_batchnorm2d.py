@@ -5,7 +5,7 @@ import pytest
 
 import kuiper.layers.batchnorm2d  # noqa: F401  (registers nn.BatchNorm2d)
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 
 def batchnorm_reference(x, mean, var, eps, weight=None, bias=None):

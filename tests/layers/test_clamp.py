@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kuiper import LayerError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 
 def clamp_reference(x, lo, hi):

@@ -6,7 +6,7 @@ import pytest
 
 import kuiper.layers.conv2d  # noqa: F401  (registers nn.Conv2d)
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 
 def conv2d_reference(x, weight, bias, stride, pads, dilation, groups):

@@ -5,7 +5,7 @@ import pytest
 
 import kuiper.layers.conv_transpose2d  # noqa: F401  (registers nn.ConvTranspose2d)
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 
 def conv_transpose2d_reference(x, weight, bias, stride, padding, output_padding, dilation, groups):

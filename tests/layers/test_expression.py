@@ -11,7 +11,7 @@ from kuiper.layers.expression import BINARY, UNARY
 from kuiper.layers.expression_parser import (
     Apply, Call, ExpressionSyntaxError, Literal, Operand, Token, parse, to_rpn, tokenize,
 )
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(11)
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_opencl_matches_numpy, fp16_twin
 from kuiper.layers.expression import UNARY, broadcast_layout, kept_nonzero, opencl_expression
 from kuiper.layers.expression_parser import parse
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from test_expression import FUNCTIONS
 
 RNG = np.random.default_rng(5)

@@ -10,7 +10,7 @@ from conftest import allocated_during, assert_every_path_matches_reference, asse
 from kuiper.cpu import layer_norm as fast_layer_norm
 from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(11)
 
@@ -134,7 +134,7 @@ def test_the_fast_layer_norm_keeps_no_stale_statistics(monkeypatch, count):
     monkeypatch.setattr(fast_layer_norm, "PART_ELEMENTS", 16)
     _, attrs = layer_norm((6,))
     params = dict(normalized_shape=[6], eps=1e-5, elementwise_affine=True)
-    layer = make_layer("nn.LayerNorm", fast=True, params=params, attrs=attrs, input_shapes=[(4, 9, 6)])
+    layer = make_layer("nn.LayerNorm", backend="numpy", params=params, attrs=attrs, input_shapes=[(4, 9, 6)])
     assert layer.keeps_workspace
     threads.set_num_threads(count)
     try:
@@ -152,7 +152,7 @@ def test_the_fast_layer_norm_writes_an_output_given_as_a_strided_view():
     x = data(3, 4, 6)
     params = dict(normalized_shape=[6], eps=1e-5, elementwise_affine=False)
     wide = np.zeros((3, 4, 12), np.float32)
-    make_layer("nn.LayerNorm", fast=True, params=params, input_shapes=[x.shape]).forward_numpy([x], [wide[..., ::2]])
+    make_layer("nn.LayerNorm", backend="numpy", params=params, input_shapes=[x.shape]).forward_numpy([x], [wide[..., ::2]])
     np.testing.assert_allclose(wide[..., ::2], expected_layer_norm(x, 1, 1e-5), rtol=1e-4, atol=1e-4)
     assert not wide[..., 1::2].any()
 
@@ -162,7 +162,7 @@ def test_a_second_fast_layer_norm_allocates_no_large_array():
     made it in two arrays at every call). What is left are numpy's 32 KiB buffers for the broadcast weight."""
     _, attrs = layer_norm((16,))
     x = data(1, 20000, 16)
-    layer = make_layer("nn.LayerNorm", fast=True, params=dict(normalized_shape=[16], eps=1e-5, elementwise_affine=True),
+    layer = make_layer("nn.LayerNorm", backend="numpy", params=dict(normalized_shape=[16], eps=1e-5, elementwise_affine=True),
                        attrs=attrs, input_shapes=[x.shape])
     out = np.empty_like(x)
     threads.set_num_threads(1)

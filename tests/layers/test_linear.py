@@ -5,7 +5,7 @@ import pytest
 
 import kuiper.layers.linear  # noqa: F401  (registers nn.Linear)
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 
 def linear_reference(x, weight, bias):

@@ -11,7 +11,7 @@ import pytest
 import kuiper.layers.pad  # noqa: F401  (registers the layer)
 from conftest import assert_every_path_matches_reference
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from test_slice import SHAPE, rand, refused
 
 NUMPY_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 NCHW = ((1, 2, 3, 4),)
 

@@ -7,7 +7,7 @@ import pytest
 
 import kuiper.layers.pooling  # noqa: F401  (registers the layers)
 from kuiper.errors import LayerError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(0)
 

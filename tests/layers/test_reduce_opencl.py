@@ -7,7 +7,7 @@ import pytest
 
 from conftest import assert_opencl_matches_numpy
 from kuiper.layers.reduce import reduce_layout
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from test_softmax_opencl import assert_fp16_close, cl_paths  # noqa: F401  (cl_paths: a fixture)
 
 RNG = np.random.default_rng(13)

@@ -22,7 +22,7 @@ import kuiper.layers.transpose  # noqa: F401
 import kuiper.layers.unsqueeze  # noqa: F401
 from kuiper.errors import LayerError, ShapeError
 from kuiper.layers.registry import is_supported
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(0)
 BATCHES = [1, 3]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_opencl_matches_numpy
-from kuiper.layers.strided import StridedCopy, contiguous_strides, merge_dims
-from kuiper.runtime.operators import make_layer
+from kuiper.opencl.strided import StridedCopy, contiguous_strides, merge_dims
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(3)
 BATCHES = [1, 3]

@@ -12,7 +12,7 @@ import kuiper.layers.shuffle  # noqa: F401  (registers the layers)
 from conftest import assert_every_path_matches_reference
 from kuiper.errors import LayerError, ShapeError
 from kuiper.layers.registry import is_supported
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from test_slice import rand, refused
 
 

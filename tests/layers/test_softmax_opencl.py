@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import FP16_RTOL, assert_opencl_matches_numpy, assert_outputs_close, fp16_twin
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(9)
 

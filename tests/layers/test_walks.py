@@ -1,11 +1,11 @@
-"""Walk (kuiper/layers/strided.py): where a chain of permutes, reshapes and slices leaves each element, checked
+"""Walk (kuiper/layers/walk.py): where a chain of permutes, reshapes and slices leaves each element, checked
 against numpy doing the chain one copy at a time."""
 
 import math
 
 import numpy as np
 
-from kuiper.layers.strided import Walk
+from kuiper.layers.walk import Walk
 
 
 def read(base: np.ndarray, walk: Walk, shape) -> np.ndarray:

@@ -13,7 +13,7 @@ from kuiper.cpu import registry as fast_registry
 from kuiper.layers import registry
 from kuiper.layers.base import Layer
 from kuiper.layers.elementwise import ElementwiseLayer
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import ROOT, check_shell_commands, notes_text
 
 
@@ -80,7 +80,7 @@ def test_the_notes_name_every_public_member_of_layer():
 def test_fast_layers_subclass_the_reference_and_agree(kind, options, x):
     fast_class, reference_class = fast_registry.fast_class(kind), registry.layer_class(kind)
     assert fast_class is not reference_class and issubclass(fast_class, reference_class)
-    fast = make_layer(kind, fast=True, input_shapes=(x.shape,), **options)
+    fast = make_layer(kind, backend="numpy", input_shapes=(x.shape,), **options)
     reference = make_layer(kind, input_shapes=(x.shape,), **options)
     assert isinstance(fast, fast_class) and type(reference) is reference_class
     np.testing.assert_allclose(fast.run_numpy(x)[0], reference.run_numpy(x)[0], rtol=1e-6, atol=1e-6)
@@ -88,7 +88,7 @@ def test_fast_layers_subclass_the_reference_and_agree(kind, options, x):
 
 def test_data_movement_has_no_fast_class():
     assert fast_registry.fast_class("torch.flatten") is None and fast_registry.fast_class("torch.cat") is None
-    assert type(make_layer("torch.flatten", fast=True, params=dict(start_dim=1, end_dim=-1),
+    assert type(make_layer("torch.flatten", backend="numpy", params=dict(start_dim=1, end_dim=-1),
                            input_shapes=((2, 3, 4),))) is registry.layer_class("torch.flatten")
 
 

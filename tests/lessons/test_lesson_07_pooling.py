@@ -5,7 +5,7 @@ import pytest
 
 import kuiper
 from kuiper.layers.pooling import pooled_size
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import MODELS, check_shell_commands, model_case, param_lines
 
 

@@ -6,7 +6,7 @@ import pytest
 
 import kuiper
 from kuiper.layers.conv2d import Conv2d
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import RESNET, check_shell_commands, model_case
 
 

@@ -8,7 +8,7 @@ from kuiper import LayerError
 from kuiper.layers.expression_parser import (
     Apply, Call, ExpressionSyntaxError, Literal, Operand, parse, to_rpn, tokenize,
 )
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import MODELS, check_shell_commands, model_case
 
 FUNCTIONS = {

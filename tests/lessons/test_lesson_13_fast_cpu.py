@@ -13,7 +13,7 @@ from kuiper.cpu.registry import fast_class
 from kuiper.winograd import F2, F4
 from kuiper.layers import registry
 from kuiper.layers.fused import Epilogue, EpilogueStep
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import RESNET, check_shell_commands, model_case
 
 RNG = np.random.default_rng(13)
@@ -39,7 +39,7 @@ def layers(cin, cout, k, stride, padding, groups, shape):
                                                       padding=padding, groups=groups, bias=True),
                    attrs=dict(weight=RNG.standard_normal((cout, cin // groups, k, k)).astype(np.float32),
                               bias=RNG.standard_normal(cout).astype(np.float32)))
-    return make_layer("nn.Conv2d", fast=True, **options), make_layer("nn.Conv2d", **options)
+    return make_layer("nn.Conv2d", backend="numpy", **options), make_layer("nn.Conv2d", **options)
 
 
 @pytest.fixture

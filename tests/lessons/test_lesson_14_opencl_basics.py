@@ -9,7 +9,7 @@ import pytest
 import kuiper
 from kuiper import opencl
 from kuiper.opencl import DeviceTensor, get_runtime, round_up
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import BLOCK, check_shell_commands
 from kuiper.opencl.devices import spec_of
 

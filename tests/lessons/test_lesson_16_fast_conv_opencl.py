@@ -11,7 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from kuiper.layers import conv2d
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
 from kuiper.opencl import DeviceTensor, Enqueuer
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import check_shell_commands
 
 RNG = np.random.default_rng(15)

@@ -8,7 +8,7 @@ import pytest
 
 import kuiper
 from kuiper import InputError, ShapeError
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import MODELS, check_shell_commands, model_case, param_lines
 from kuiper.opencl.devices import spec_of
 

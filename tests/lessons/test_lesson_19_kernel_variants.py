@@ -12,7 +12,7 @@ from conftest import assert_every_variant_matches_numpy
 from kuiper import KuiperWarning
 from kuiper.layers.batchnorm2d import TILE, rule
 from kuiper.opencl import tuning as variants
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import MODELS, check_shell_commands
 from kuiper.opencl.devices import spec_of
 

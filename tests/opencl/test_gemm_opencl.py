@@ -12,7 +12,7 @@ import pytest
 from kuiper.opencl import Enqueuer, devices, gemm as gemm_module
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, KernelEpilogue, Matrix
 from kuiper.layers.fused import EpilogueStep
-from kuiper.runtime.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 SIZES = (1, 3, 17, 63, 64, 65, 129)
 VARIANTS = ("cpu", "gpu")

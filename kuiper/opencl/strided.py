@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kuiper.layers.walk import contiguous_strides
 from kuiper.opencl.runtime import ROW_SPAN, round_up
 
 #: the most dims cl/copy.cl walks (after merging)
@@ -32,15 +33,6 @@ ROW_GROUP = 32
 #: kernels that move bits (cl/copy.cl, cl/pad.cl) take an unsigned integer as wide as the element: one
 #: program serves every dtype of that size
 WORD_TYPES = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
-
-
-def contiguous_strides(shape) -> tuple:
-    """Row-major strides, in elements."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
 
 
 @lru_cache(maxsize=256)
@@ -91,77 +83,6 @@ def sliced(tensor, index: tuple) -> View:
         else:
             offset += range(n)[part] * stride  # a negative index counts from the end, as in numpy
     return View(tensor, tuple(strides) + contiguous_strides(tensor.shape)[len(index):], offset)
-
-
-class Walk(NamedTuple):
-    """Where a tensor's elements sit in a source buffer: for each dim of the tensor, the finer dims it is made
-    of as (size, stride) pairs, outermost first, strides in elements of the source (dims of size 1 are left out:
-    their stride never matters); and the source offset of its first element.
-
-    A permute reorders the dims, a reshape regroups the finer dims, a slice narrows one. A chain of operators that
-    only move elements is therefore one walk over its first input: one strided copy, where running the chain
-    would copy once per operator (kuiper/layers/copy_chain.py). The methods return None where the walk cannot
-    follow, and a contiguous tensor's walk can always follow."""
-
-    dims: tuple
-    offset: int = 0
-
-    @classmethod
-    def dense(cls, shape) -> "Walk":
-        """A contiguous tensor of `shape`."""
-        return cls(tuple(((n, s),) if n != 1 else () for n, s in zip(shape, contiguous_strides(shape))))
-
-    def permuted(self, axes) -> "Walk":
-        return self._replace(dims=tuple(self.dims[a] for a in axes))
-
-    def reshaped(self, shape) -> "Walk | None":
-        """The same elements, in the same order, as `shape`: each new dim takes the next finer dims whose sizes
-        multiply to it, a finer dim split in two where a new dim ends inside it. None where a new dim would end
-        inside a finer dim whose size it does not divide (a transposed (6, 4) read as (4, 6))."""
-        fine = []
-        for size, stride in (d for dims in self.dims for d in dims):
-            if fine and fine[-1][1] == stride * size:  # contiguous neighbours: one finer dim
-                fine[-1] = (fine[-1][0] * size, stride)
-            else:
-                fine.append((size, stride))
-        dims, i = [], 0
-        for n in shape:
-            group, have = [], 1
-            while have < n and i < len(fine):
-                size, stride = fine[i]
-                if n % (have * size) == 0:
-                    group.append(fine[i])
-                    have, i = have * size, i + 1
-                elif n % have == 0 and size % (n // have) == 0:
-                    outer = n // have
-                    group.append((outer, stride * (size // outer)))
-                    fine[i] = (size // outer, stride)
-                    have = n
-                else:
-                    return None
-            if have != n:
-                return None
-            dims.append(tuple(group))
-        return self._replace(dims=tuple(dims)) if i == len(fine) else None
-
-    def narrowed(self, axis: int, start: int, length: int) -> "Walk | None":
-        """Elements start..start+length of dim `axis`; None where they do not begin and end on whole steps of its
-        outermost finer dim."""
-        dims = self.dims[axis]
-        if not dims:  # a dim of size 1: all of it
-            return self
-        inner = math.prod(size for size, _ in dims[1:])
-        if start % inner or length % inner:
-            return None
-        stride = dims[0][1]
-        outer = ((length // inner, stride),) if length // inner != 1 else ()
-        return Walk(self.dims[:axis] + (outer + dims[1:],) + self.dims[axis + 1:],
-                    self.offset + start // inner * stride)
-
-    def fine(self) -> tuple:
-        """(sizes, strides) of the finer dims, in the tensor's element order: the walk as StridedCopy takes it."""
-        pairs = [d for dims in self.dims for d in dims]
-        return tuple(size for size, _ in pairs), tuple(stride for _, stride in pairs)
 
 
 class StridedCopy:

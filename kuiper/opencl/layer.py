@@ -1,0 +1,55 @@
+"""What every OpenCL layer adds to its reference layer: build once, enqueue per forward.
+
+An OpenCL layer subclasses the reference layer of kuiper/layers/ (its checks and shapes stay the same) and
+this mixin, as the fast CPU layers of kuiper/cpu/ subclass it for the numpy backend. The graph calls
+`build_opencl` once when an OpenCL graph is built and `forward_opencl` for every forward; both see the
+runtime's handles only (kuiper/opencl/runtime.py), never host arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiper.opencl.runtime import DeviceTensor, Enqueuer
+
+
+class OpenCLLayer:
+    """Mixin for a layer with an OpenCL forward; put it before the reference class in the bases."""
+
+    @property
+    def supports_opencl(self) -> bool:
+        """False where this instance cannot run on the device after all (a fused operator whose steps cannot)."""
+        return True
+
+    def build_opencl(self, rt) -> None:
+        """Once, when an OpenCL graph is built: fetch kernels (rt.kernel) and upload weights (rt.upload)."""
+
+    def forward_opencl(self, q, inputs: list, outputs: list) -> None:
+        """Enqueue kernels (q.run) computing the output DeviceTensors from the input DeviceTensors."""
+        raise NotImplementedError(f"{type(self).__name__} must implement forward_opencl")
+
+    def run_opencl(self, rt, *inputs: np.ndarray, variant: str | None = None) -> list:
+        """Run this layer alone on an OpenCL device: upload the inputs, run forward_opencl, download.
+
+        The OpenCL twin of run_numpy, for tests and lessons (the graph uploads weights once per build and
+        keeps activations on the device; here everything crosses the host boundary each call). `variant`
+        names one of the layer's variants to run instead of the one its rule picks."""
+        inputs = [np.ascontiguousarray(x) for x in inputs]
+        shapes = self.output_shapes([tuple(x.shape) for x in inputs])
+        dtypes = self.output_dtypes([x.dtype for x in inputs])
+        self.build_opencl(rt)
+        if variant is not None:
+            self.variants.use([x.shape for x in inputs], variant)
+        device_in = [DeviceTensor(rt, rt.upload(x), x.shape, rt.stored(x.dtype)) for x in inputs]
+        device_out = [DeviceTensor(rt, rt.allocate(np.prod(s, dtype=np.int64) * rt.stored(d).itemsize), s, rt.stored(d))
+                      for s, d in zip(shapes, dtypes)]
+        q = Enqueuer(rt)
+        q.begin(self.op, ())
+        self.forward_opencl(q, device_in, device_out)
+        q.finish()
+        return [t.numpy().astype(d, copy=False) for t, d in zip(device_out, dtypes)]  # float32 again if stored as fp16
+
+
+def runs_on_device(layer) -> bool:
+    """Whether the OpenCL executor enqueues this layer's kernels (else it runs on the host, between transfers)."""
+    return isinstance(layer, OpenCLLayer) and layer.supports_opencl
