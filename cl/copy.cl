@@ -1,5 +1,5 @@
 // Data movement: copy between two strided views of the same shape, behind every layer that only moves
-// elements (kuiper/layers/strided.py). Strides are signed: 0 reads an element again (expand, repeat), a
+// elements (kuiper/opencl/strided.py). Strides are signed: 0 reads an element again (expand, repeat), a
 // negative one walks back from the offset (flip).
 //
 // T is an unsigned integer as wide as the element (-DT=uint for float32, -DT=ulong for int64 ...): the

@@ -7,9 +7,7 @@ A 2-D bin is a range of rows times a range of columns, so pooling is separable: 
 axis, then along the other. Along one axis the bins are written as taps, like upsampling's: index[t, i] is
 the t-th position of bin i. Forward then gathers one tap of every bin at once (np.take) and folds it in, so it
 costs as many whole-array operations as the longest bin has positions, not one per output. A 1x1 output
-(global pooling) is a single reduction over H and W instead.
-
-On OpenCL (cl/pooling.cl) each work-item pools one bin, computing its bounds from the formula above.
+(global pooling) is a single reduction over H and W instead. The OpenCL forward: kuiper/opencl/adaptive_pool.py.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.opencl import round_up
 
 
 def adaptive_bins(size: int, out_size: int) -> list:
@@ -75,8 +72,6 @@ class AdaptivePool2d(Layer):
 
     #: the numpy reduction for global pooling, called as reduction(x, axis=(-2, -1), out=...)
     reduction: staticmethod
-    #: the kernel in cl/pooling.cl
-    cl_name: str
 
     def __init__(self, op):
         super().__init__(op)
@@ -106,19 +101,10 @@ class AdaptivePool2d(Layer):
         """Pool x into the bins given as (index, weight) taps along H and along W."""
         raise NotImplementedError
 
-    def build_opencl(self, rt):
-        self.cl_kernel = rt.kernel("pooling.cl", self.cl_name)
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, y = inputs[0], outputs[0]
-        q.run(self.cl_kernel, (round_up(y.size, 256),), None, *(t.buffer for t in outputs), x.buffer,
-              np.int32(y.size), *map(np.int32, x.shape[-2:] + y.shape[-2:]))
-
 
 @register("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
 class AdaptiveAvgPool2d(AdaptivePool2d):
     reduction = staticmethod(np.mean)
-    cl_name = "adaptive_avg_pool2d"
 
     def pool_bins(self, x, row_taps, col_taps, outputs):
         by_rows = mean_over_taps(x, *row_taps, axis=-2)
@@ -139,7 +125,6 @@ class AdaptiveMaxPool2d(AdaptivePool2d):
         if len(op.output_operands) != expected:
             raise self.error(f"return_indices={self.return_indices} needs {expected} output(s), "
                              f"the graph gives {len(op.output_operands)}")
-        self.cl_name = "adaptive_max_pool2d_indices" if self.return_indices else "adaptive_max_pool2d"
 
     def output_dtypes(self, input_dtypes):
         return [input_dtypes[0], np.dtype(np.int64)][: len(self.op.output_operands)]

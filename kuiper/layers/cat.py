@@ -1,11 +1,13 @@
-"""Concatenate (torch.cat): join the inputs along dim; every other size must agree."""
+"""Concatenate (torch.cat): join the inputs along dim; every other size must agree.
+
+The OpenCL forward: kuiper/opencl/cat.py.
+"""
 
 import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.opencl.strided import StridedCopy
 
 
 @register("torch.cat")
@@ -28,9 +30,3 @@ class Cat(Layer):
 
     def forward_numpy(self, inputs, outputs):
         np.concatenate(inputs, axis=self.dim, out=outputs[0])
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        self.copier.blocks(q, outputs[0], inputs, self.dim % outputs[0].ndim, into_whole=True)

@@ -7,9 +7,7 @@
   torch.tile(dims) is the same, except that fewer counts than dims repeat the last dims only.
 - flip(dims) reverses the order along each of dims.
 
-On OpenCL each is one strided copy (cl/copy.cl) from a view of the input: expand reads it with stride 0 along
-the dims it broadcasts; repeat walks the output as (copy, element) pairs per dim, the copy index with stride 0
-in the input; flip reads from the last element with negative strides.
+The OpenCL forwards: kuiper/opencl/expand.py.
 """
 
 import numpy as np
@@ -18,7 +16,6 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
 from kuiper.layers.slice import IndexLayer
-from kuiper.opencl.strided import StridedCopy, View, contiguous_strides, dense
 
 
 class BroadcastLayer(Layer):
@@ -32,16 +29,6 @@ class BroadcastLayer(Layer):
 
     def forward_numpy(self, inputs, outputs):
         np.copyto(outputs[0], np.broadcast_to(inputs[0], outputs[0].shape))
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        # an added dim or a size-1 dim that grows reads the same elements again: stride 0
-        strides = (0,) * (out.ndim - x.ndim) + tuple(
-            0 if n == 1 else s for n, s in zip(x.shape, contiguous_strides(x.shape)))
-        self.copier(q, out.shape, dense(out), View(x, strides))
 
 
 @register("Tensor.expand")
@@ -94,21 +81,6 @@ class RepeatLayer(Layer):
 
     def forward_numpy(self, inputs, outputs):
         np.copyto(outputs[0], np.tile(inputs[0], self.counts))
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        shape = (1,) * (out.ndim - x.ndim) + x.shape
-        source = (0,) * (out.ndim - x.ndim) + contiguous_strides(x.shape)
-        # each output dim walked as (copy, element): copies lie n elements apart in the output, all read the input
-        sizes, dst, src = [], [], []
-        for m, n, out_stride, in_stride in zip(out.shape, shape, contiguous_strides(out.shape), source):
-            sizes += [m // n if n else 0, n]
-            dst += [n * out_stride, out_stride]
-            src += [0, in_stride]
-        self.copier(q, tuple(sizes), View(out, tuple(dst)), View(x, tuple(src)))
 
 
 @register("Tensor.repeat")

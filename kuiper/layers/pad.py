@@ -15,20 +15,17 @@ where i falls outside the input, the mode says what goes there:
 - circular: the input repeated, wrapping round to the other end (-1 reads n - 1). PyTorch crops first and
   wraps what is left, so a pad may not exceed the part left after the crop.
 
-The reference gathers with one array of input positions per dim (`source_positions`); cl/pad.cl computes the
-same positions per element. Constant padding is a fill (cl/pad.cl) and one strided copy of the part of the
-input that stays into its place.
+The reference gathers with one array of input positions per dim (`source_positions`); constant padding fills
+the output and puts the part of the input that stays into its place. The OpenCL forward: kuiper/opencl/pad.py.
 """
 
 import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.opencl.strided import WORD_TYPES, StridedCopy, sliced
-from kuiper.opencl import round_up
 
-#: the MODE each mode builds cl/pad.cl with (constant padding uses only its `fill`, which ignores MODE)
-KERNEL_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
+#: what F.pad's `mode` may be
+MODES = ("constant", "reflect", "replicate", "circular")
 
 
 def kept_part(n: int, before: int, after: int) -> tuple:
@@ -54,7 +51,7 @@ def source_positions(mode: str, n: int, before: int, after: int) -> np.ndarray:
 class Pad(Layer):
     def __init__(self, op):
         super().__init__(op)
-        self.mode = self.str_param("mode", "constant", choices=tuple(KERNEL_MODES))
+        self.mode = self.str_param("mode", "constant", choices=MODES)
         self.pad = self.ints_param("pad")
         if len(self.pad) % 2:
             raise self.error(f"pad={self.pad} must hold a (before, after) pair per dim")
@@ -113,39 +110,3 @@ class Pad(Layer):
             index = np.ix_(*(source_positions(self.mode, n, before, after)
                              for n, (before, after) in zip(x.shape, self.amounts(x.shape))))
             np.copyto(out, x[index])
-
-    # ---- OpenCL ---------------------------------------------------------------------------------------
-    def build_opencl(self, rt):
-        self.rt, self.kernels = rt, {}
-        if self.mode == "constant":
-            self.copier = StridedCopy(rt)
-        self.kernel(rt.stored(np.float32).itemsize)  # float32's, at the runtime's precision: what graphs carry
-
-    def kernel(self, itemsize: int):
-        """cl/pad.cl for elements of `itemsize` bytes: `fill` for constant padding, `pad` for the other modes."""
-        kernel = self.kernels.get(itemsize)
-        if kernel is None:
-            options = [f"-DT={WORD_TYPES[itemsize]}", f"-DMODE={KERNEL_MODES.get(self.mode, 0)}"]
-            kernel = self.rt.kernel("pad.cl", "fill" if self.mode == "constant" else "pad", options)
-            self.kernels[itemsize] = kernel
-        return kernel
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        if not out.size:
-            return
-        kernel = self.kernel(x.dtype.itemsize)
-        pairs = self.amounts(x.shape)
-        if self.mode == "constant":
-            if any(before > 0 or after > 0 for before, after in pairs):  # some of the output is not input
-                with np.errstate(over="ignore"):  # past half's range the value is stored as ±inf, as any result is
-                    bits = np.array(self.value, dtype=x.dtype).view(f"u{x.dtype.itemsize}").item()
-                q.run(kernel, (round_up(out.size, 256),), None, out.buffer, bits, out.size)
-            kept, place = self.placement(x.shape)
-            self.copier(q, tuple(part.stop - part.start for part in kept), sliced(out, place), sliced(x, kept))
-            return
-        # the kernel sees the last three dims (size-1 ones in front of fewer) and everything before as one
-        last3 = [((1,) * 3 + shape)[-3:] for shape in (out.shape, x.shape)]
-        befores = [before for before, _ in ([(0, 0)] * 3 + pairs)[-3:]]
-        q.run(kernel, (round_up(out.size, 256),), None, out.buffer, x.buffer, out.size, *last3[0], *last3[1],
-              *befores)

@@ -1,10 +1,12 @@
-"""Permute (Tensor.permute): reorder the axes; output axis i is input axis dims[i]."""
+"""Permute (Tensor.permute): reorder the axes; output axis i is input axis dims[i].
+
+The OpenCL forward: kuiper/opencl/permute.py.
+"""
 
 import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.opencl.strided import MAX_RANK, StridedCopy
 
 
 @register("Tensor.permute")
@@ -30,14 +32,3 @@ class Permute(Layer):
     def forward_numpy(self, inputs, outputs):
         # copying the transposed view lays the elements out in the new order, as .contiguous() would
         np.copyto(outputs[0], np.transpose(inputs[0], self.axes))
-
-    @property
-    def supports_opencl(self) -> bool:
-        # cl/copy.cl walks at most MAX_RANK dims; a longer permute runs on the host
-        return len(self.axes) <= MAX_RANK
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        self.copier.permute(q, outputs[0], inputs[0], self.axes)

@@ -9,10 +9,7 @@ Padding is never built: a tap only updates the outputs whose tap falls inside th
 PyTorch ignores padded positions (max pooling) or counts them only in the divisor (average pooling).
 
 The channel planes are independent: the numpy backend's fast version (kuiper/cpu/pooling.py) shares them
-out over kuiper's threads.
-
-On OpenCL (cl/pooling.cl) each work-item computes one output from its window instead, with the same rules
-(or, for max pooling on CPUs, eight outputs of a row in the lanes of a vector).
+out over kuiper's threads. The OpenCL forward: kuiper/opencl/pooling.py.
 """
 
 from __future__ import annotations
@@ -23,13 +20,6 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.opencl import round_up
-
-#: outputs of a row max_pool2d_rows computes together (LANES in cl/pooling.cl)
-ROW_LANES = 8
-#: the widest run of input columns (ROW_LANES - 1 strides plus one window) max_pool2d_rows holds in registers;
-#: wider windows take max_pool2d
-MAX_ROW_SPAN = 64
 
 
 def pooled_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
@@ -81,8 +71,6 @@ class Pool2d(Layer):
     start_value: float
     #: the ufunc that folds one tap into the outputs
     combine: np.ufunc
-    #: the kernel in cl/pooling.cl
-    cl_name: str
 
     def __init__(self, op):
         super().__init__(op)
@@ -129,22 +117,6 @@ class Pool2d(Layer):
             window_tap = out[(..., out_part, *after)]
             self.combine(window_tap, x[(..., in_part, *after)], out=window_tap)
 
-    # ---- OpenCL --------------------------------------------------------------------------------------
-    def build_opencl(self, rt):
-        self.cl_kernel = rt.kernel("pooling.cl", self.cl_name)
-        self.cl_whole_rows = rt.is_cpu  # a work-item per output row on CPUs, per output on GPUs (cl/pooling.cl)
-
-    def cl_args(self) -> tuple:
-        """The kernel's arguments after the window geometry, which only one kind of pooling reads."""
-        raise NotImplementedError
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, y = inputs[0], outputs[0]
-        (out_h, out_w), span = y.shape[-2:], y.shape[-1] if self.cl_whole_rows else 1
-        geometry = (*x.shape[-2:], out_h, out_w, *self.kernel, *self.stride, *self.padding)
-        q.run(self.cl_kernel, (round_up(out_h * -(-out_w // span), 16), y.size // (out_h * out_w)), None, y.buffer,
-              x.buffer, span, *geometry, *self.cl_args())
-
 
 @register("nn.MaxPool2d", "F.max_pool2d")
 class MaxPool2d(Pool2d):
@@ -152,33 +124,11 @@ class MaxPool2d(Pool2d):
     # an output none of whose taps reaches the input (possible with dilation) stays -inf, as in PyTorch
     start_value = -np.inf
     combine = np.maximum
-    cl_name = "max_pool2d"
 
     def __init__(self, op):
         super().__init__(op)
         if self.bool_param("return_indices", False):
             raise self.error("return_indices=True is not supported")
-
-    def cl_args(self):
-        return self.dilation
-
-    def build_opencl(self, rt):
-        # CPUs: max_pool2d_rows, built for this window, where the columns a row's ROW_LANES outputs read fit in
-        # registers; else max_pool2d
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
-        self.cl_rows = None
-        if rt.is_cpu and (ROW_LANES - 1) * sw + (kw - 1) * dw + 1 <= MAX_ROW_SPAN:
-            self.cl_rows = rt.kernel("pooling.cl", "max_pool2d_rows", [
-                f"-DKH={kh}", f"-DKW={kw}", f"-DSH={sh}", f"-DSW={sw}", f"-DDH={dh}", f"-DDW={dw}"])
-        else:
-            super().build_opencl(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        if self.cl_rows is None:
-            return super().forward_opencl(q, inputs, outputs)
-        x, y = inputs[0], outputs[0]
-        q.run(self.cl_rows, (y.shape[-2], y.size // (y.shape[-2] * y.shape[-1])), None, y.buffer, x.buffer,
-              *x.shape[-2:], *y.shape[-2:], *self.padding)
 
 
 @register("nn.AvgPool2d", "F.avg_pool2d")
@@ -186,7 +136,6 @@ class AvgPool2d(Pool2d):
     has_dilation = False
     start_value = 0.0
     combine = np.add
-    cl_name = "avg_pool2d"
 
     def __init__(self, op):
         super().__init__(op)
@@ -206,7 +155,3 @@ class AvgPool2d(Pool2d):
                 for a, size in enumerate(x.shape[-2:])
             )
             out /= np.outer(rows, cols)
-
-    def cl_args(self):
-        # the kernel reads a divisor_override of 0 (never a valid one) as "none"
-        return int(self.count_include_pad), int(self.divisor_override or 0)

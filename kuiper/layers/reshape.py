@@ -26,9 +26,9 @@ class ViewLayer(Layer):
     """A layer that changes only the shape, never the element order.
 
     Forward copies the input into the preallocated output, read under the output's shape; subclasses give
-    output_shapes. On OpenCL both are contiguous with the same element order: one device-to-device copy.
-    Where the input has no other reader the fusion pass makes the output a view of the input's buffer
-    (runtime/fusion.py), and there is nothing to copy.
+    output_shapes. Where the input has no other reader the fusion pass makes the output a view of the input's
+    buffer (runtime/fusion.py), and there is nothing to copy. The OpenCL forward of every view layer:
+    kuiper/opencl/reshape.py.
     """
 
     def walked(self, walk, shape, output: int):
@@ -38,10 +38,6 @@ class ViewLayer(Layer):
     def forward_numpy(self, inputs, outputs):
         if not np.may_share_memory(outputs[0], inputs[0]):
             np.copyto(outputs[0], inputs[0].reshape(outputs[0].shape))
-
-    def forward_opencl(self, q, inputs, outputs):
-        if outputs[0].nbytes and outputs[0].buffer is not inputs[0].buffer:  # OpenCL refuses a copy of 0 bytes
-            q.copy(outputs[0].buffer, inputs[0].buffer, outputs[0].nbytes)
 
 
 @register("Tensor.reshape", "Tensor.view")

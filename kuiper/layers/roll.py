@@ -4,12 +4,9 @@ out[..., (i + shift) % n, ...] = x[..., i, ...]. Swin transformers roll their wi
 pnnx writes `dims=(1,2) shifts=(-3,-3)`; torch.roll(x, 3) without dims is `dims=None shifts=(3)`: the tensor
 rolls as if flat, then takes its shape back.
 
-On OpenCL there is no kernel of its own: along one dim, a roll by s (taken into 0 <= s < n) moves two blocks,
-the last s elements to the front and the first n - s after them; over k dims, every combination of those
-blocks moves, 2^k strided copies (4 for a swin window), each between a view of the input and one of the output.
+Along one dim, a roll by s (taken into 0 <= s < n) moves two blocks: the last s elements to the front and
+the first n - s after them (the OpenCL forward, kuiper/opencl/roll.py, copies those blocks).
 """
-
-import itertools
 
 import numpy as np
 
@@ -17,7 +14,6 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
 from kuiper.layers.slice import refuse_tensor_inputs
-from kuiper.opencl.strided import StridedCopy, indexed_shape, sliced
 
 
 @register("torch.roll")
@@ -50,18 +46,3 @@ class Roll(Layer):
     def forward_numpy(self, inputs, outputs):
         shift = self.shifts[0] if self.dims is None else self.shifts  # np.roll flattens when axis is None
         np.copyto(outputs[0], np.roll(inputs[0], shift, axis=self.dims))
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        if self.dims is None:
-            x, out = x.reshape(-1), out.reshape(-1)
-        offsets = self.offsets(x.shape)
-        # per dim, the blocks it moves as (where they land, where they come from)
-        moves = [[(slice(s, None), slice(None, n - s)), (slice(None, s), slice(n - s, None))] if s
-                 else [(slice(None), slice(None))] for n, s in zip(x.shape, offsets)]
-        for blocks in itertools.product(*moves):
-            to, source = zip(*blocks)
-            self.copier(q, indexed_shape(x.shape, to), sliced(out, to), sliced(x, source))

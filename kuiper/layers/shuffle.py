@@ -8,7 +8,7 @@
   downscale_factor r) is its inverse.
 
 Each layer says how to see the input as more dims (`split`) and how to reorder them; the output is the
-reordered tensor read in order. On OpenCL that is one strided-copy permute (cl/copy.cl).
+reordered tensor read in order. The OpenCL forward: kuiper/opencl/shuffle.py.
 """
 
 import math
@@ -17,7 +17,6 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.opencl.strided import StridedCopy
 
 
 class ShuffleLayer(Layer):
@@ -31,14 +30,6 @@ class ShuffleLayer(Layer):
     def forward_numpy(self, inputs, outputs):
         x = inputs[0]
         np.copyto(outputs[0], x.reshape(self.split(x.shape)).transpose(self.axes).reshape(outputs[0].shape))
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        split = self.split(inputs[0].shape)
-        reordered = outputs[0].reshape(*(split[a] for a in self.axes))
-        self.copier.permute(q, reordered, inputs[0].reshape(*split), self.axes)
 
     def positive_param(self, key: str) -> int:
         value = self.int_param(key)

@@ -9,7 +9,7 @@ dim, so a slice reaching past either end is shorter or empty, never an error. St
 negative steps (torch.flip reverses a dim).
 
 Every layer here reads its input through a numpy index (an int or a slice per dim): numpy's `x[index]` is the
-reference, and on OpenCL the same index is a strided view of the input (strided.sliced), one copy per output.
+reference (the OpenCL forward, kuiper/opencl/slice.py, copies the same index's view of the input).
 """
 
 from typing import NamedTuple
@@ -19,10 +19,15 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.opencl.strided import StridedCopy, dense, indexed_shape, sliced
 
 #: pnnx's "to the end" and "no select": int64's maximum, clamped to int32 by its writer
 END = 2**31 - 1
+
+
+def indexed_shape(shape: tuple, index: tuple) -> tuple:
+    """The shape of numpy's `array[index]` for an array of `shape`, `index` an int or a slice per leading dim."""
+    kept = tuple(len(range(n)[part]) for n, part in zip(shape, index) if isinstance(part, slice))
+    return kept + tuple(shape[len(index):])
 
 
 def refuse_tensor_inputs(layer, what: str) -> None:
@@ -56,13 +61,6 @@ class IndexLayer(Layer):
 
     def forward_numpy(self, inputs, outputs):
         np.copyto(outputs[0], inputs[0][self.index(inputs[0].shape)])
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        self.copier(q, out.shape, dense(out), sliced(x, self.index(x.shape)))
 
 
 class Cut(NamedTuple):
@@ -162,12 +160,3 @@ class Unbind(Layer):
         x = inputs[0]
         for i, out in enumerate(outputs):
             np.copyto(out, np.take(x, i, axis=self.dim))
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        x = inputs[0]
-        axis = self.dim % x.ndim
-        for i, out in enumerate(outputs):
-            self.copier(q, out.shape, dense(out), sliced(x, (slice(None),) * axis + (i,)))

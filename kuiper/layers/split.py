@@ -1,7 +1,7 @@
 """Split (torch.split, torch.tensor_split): cut the input along dim into the operator's outputs.
 
 SplitLayer holds what every cutting layer shares (chunk.py uses it too); a subclass only says how long
-each piece is.
+each piece is. The OpenCL forward of every cutting layer: kuiper/opencl/split.py.
 """
 
 import itertools
@@ -11,7 +11,6 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.opencl.strided import StridedCopy
 
 
 def equal_pieces(length: int, size: int):
@@ -52,12 +51,6 @@ class SplitLayer(Layer):
         cuts = np.cumsum([out.shape[self.dim] for out in outputs[:-1]])
         for out, piece in zip(outputs, np.split(inputs[0], cuts, axis=self.dim)):
             np.copyto(out, piece)
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        self.copier.blocks(q, inputs[0], outputs, self.dim % inputs[0].ndim, into_whole=False)
 
 
 @register("torch.split")

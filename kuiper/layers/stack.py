@@ -1,6 +1,6 @@
 """Stack (torch.stack): join inputs of one shape along a new dim, so that output[:, ..., i] is input i.
 
-It is a cat of the inputs, each given a size-1 dim at `dim`: on OpenCL each becomes one block copy (cat.py).
+It is a cat of the inputs, each given a size-1 dim at `dim` (on OpenCL too: kuiper/opencl/stack.py).
 `dim` counts in the output, one dim longer than the inputs: -1 puts the new dim last.
 """
 
@@ -22,7 +22,3 @@ class Stack(Cat):
 
     def forward_numpy(self, inputs, outputs):
         np.stack(inputs, axis=self.dim, out=outputs[0])
-
-    def forward_opencl(self, q, inputs, outputs):
-        axis = self.dim % outputs[0].ndim
-        super().forward_opencl(q, [x.reshape(*x.shape[:axis], 1, *x.shape[axis:]) for x in inputs], outputs)

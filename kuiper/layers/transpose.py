@@ -1,11 +1,13 @@
-"""Transpose (torch.transpose): swap two axes, dim0 and dim1."""
+"""Transpose (torch.transpose): swap two axes, dim0 and dim1.
+
+The OpenCL forward: kuiper/opencl/transpose.py.
+"""
 
 import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 from kuiper.layers.reshape import dim_index
-from kuiper.opencl.strided import StridedCopy
 
 
 @register("torch.transpose")
@@ -36,10 +38,3 @@ class Transpose(Layer):
     def forward_numpy(self, inputs, outputs):
         # numpy reads negative axes the way PyTorch does, so the dims go in unchanged
         np.copyto(outputs[0], np.swapaxes(inputs[0], self.dim0, self.dim1))
-
-    def build_opencl(self, rt):
-        self.copier = StridedCopy(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        # merged, the swap walks at most 5 dims whatever the rank
-        self.copier.permute(q, outputs[0], inputs[0], self.axes(inputs[0].ndim))

@@ -8,11 +8,7 @@ PyTorch's CPU kernels compute them (in float32), and forward is a gather plus a 
 Output size: `size` when given, otherwise floor(input size * scale_factor). Where output position o samples
 the input depends on the scale too: PyTorch uses 1 / scale_factor when the scale was given (and not
 recomputed), and input size / output size otherwise; with align_corners, (input - 1) / (output - 1).
-
-On OpenCL (cl/resize.cl) each work-item computes its taps itself, with the same float32 arithmetic, from the
-scales the host computes here: no plan is uploaded, and one program serves every shape. A work-item computes
-one output pixel: on GPUs over a flat range, on CPUs over a (width, height, planes) grid launched in spans of
-SPAN columns, so that PoCL can run a span's work-items as one vector.
+The OpenCL forward: kuiper/opencl/upsample.py.
 """
 
 from __future__ import annotations
@@ -24,10 +20,6 @@ import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.opencl import round_up
-
-#: on CPUs the OpenCL grid's columns are launched in spans of this many, the last ones apart (cl/resize.cl)
-SPAN = 16
 
 MODES = ("nearest", "nearest-exact", "bilinear", "bicubic")
 
@@ -176,26 +168,3 @@ class Upsample(Layer):
             for in_size, out_size, scale in zip(x.shape[2:], out.shape[2:], self.kernel_scales)
         )
         resample_axis(resample_axis(x, rows, row_weights, axis=2), cols, col_weights, axis=3, out=out)
-
-    # ---- OpenCL --------------------------------------------------------------------------------------
-    def build_opencl(self, rt):
-        nearest = self.mode.startswith("nearest")
-        taps = 1 if nearest else 2 if self.mode == "bilinear" else 4
-        self.cl_grid = rt.is_cpu
-        grid = ["-DGRID"] if self.cl_grid else []
-        self.cl_kernel = rt.kernel("resize.cl", "resize", [f"-DTAPS={taps}", *grid])
-        # the kernel's last argument: nearest's `exact` (nearest-exact), the interpolating ones' align_corners
-        self.cl_flag = np.int32(self.mode == "nearest-exact" if nearest else self.align_corners)
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, y = inputs[0], outputs[0]
-        if not y.size:  # OpenCL refuses an empty range
-            return
-        sizes = x.shape[2:] + y.shape[2:]
-        scales = (source_scale(in_size, out_size, self.align_corners, scale)
-                  for in_size, out_size, scale in zip(x.shape[2:], y.shape[2:], self.kernel_scales))
-        args = (y.buffer, x.buffer, np.int32(y.size), *map(np.int32, sizes), *scales, self.cl_flag)
-        if self.cl_grid:
-            q.run_exact(self.cl_kernel, (y.shape[3], y.shape[2], y.shape[0] * y.shape[1]), SPAN, *args)
-        else:
-            q.run(self.cl_kernel, (round_up(y.size, 256),), None, *args)

@@ -13,3 +13,6 @@ __all__ = [
 
 # the OpenCL layers, registered by PNNX type (registry.py): imported last, since they build on the runtime
 from kuiper.opencl import activations, copy_chain, fused  # noqa: E402,F401
+from kuiper.opencl import (  # noqa: E402,F401
+    adaptive_pool, cat, expand, pad, permute, pooling, reshape, roll, shuffle, slice, split, stack, transpose, upsample,
+)

@@ -65,12 +65,6 @@ def dense(tensor) -> View:
     return View(tensor, contiguous_strides(tensor.shape))
 
 
-def indexed_shape(shape: tuple, index: tuple) -> tuple:
-    """The shape of numpy's `array[index]` for an array of `shape`, `index` as sliced() takes it."""
-    kept = tuple(len(range(n)[part]) for n, part in zip(shape, index) if isinstance(part, slice))
-    return kept + tuple(shape[len(index):])
-
-
 def sliced(tensor, index: tuple) -> View:
     """The view of a contiguous tensor that numpy's basic indexing `array[index]` gives: per dim an int (the
     dim is held there and dropped) or a slice, whose step may be negative; dims past the index stay whole."""

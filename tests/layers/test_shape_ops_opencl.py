@@ -26,8 +26,9 @@ def rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def layer(type, params=None, recorded=(RECORDED,), outputs=1):
-    return make_layer(type, name="t", params=params or {}, input_shapes=list(recorded), num_outputs=outputs)
+def layer(type, params=None, recorded=(RECORDED,), outputs=1, backend="reference"):
+    return make_layer(type, backend=backend, name="t", params=params or {}, input_shapes=list(recorded),
+                      num_outputs=outputs)
 
 
 def check(rt, shape_layer, *inputs):
@@ -97,7 +98,8 @@ def test_permute_moves_every_element_size(cl_runtime, dtype):
 
 
 def test_permute_beyond_the_kernel_rank_runs_on_the_host():
-    assert not layer("Tensor.permute", {"dims": (6, 5, 4, 3, 2, 1, 0)}, recorded=[(2,) * 7]).supports_opencl
+    assert not layer("Tensor.permute", {"dims": (6, 5, 4, 3, 2, 1, 0)}, recorded=[(2,) * 7],
+                     backend="opencl").supports_opencl
 
 
 @pytest.mark.parametrize("batch", BATCHES)

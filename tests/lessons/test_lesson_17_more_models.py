@@ -8,6 +8,7 @@ import pytest
 
 import kuiper
 from kuiper import InputError, ShapeError
+from conftest import on_opencl
 from kuiper.runtime.backends import make_layer
 from lesson_tools import MODELS, check_shell_commands, model_case, param_lines
 from kuiper.opencl.devices import spec_of
@@ -30,7 +31,7 @@ def backend(request, cl_runtime):
 
 def run(layer, backend, *arrays):
     name, rt = backend
-    return layer.run_numpy(*arrays) if name == "numpy" else layer.run_opencl(rt, *arrays)
+    return layer.run_numpy(*arrays) if name == "numpy" else on_opencl(layer).run_opencl(rt, *arrays)
 
 
 def load(path, backend):

@@ -1,0 +1,40 @@
+"""Adaptive average and max pooling on OpenCL (the ops and their bins: kuiper/layers/adaptive_pool.py), in
+cl/pooling.cl: a work-item per output element, which computes its bin's bounds from PyTorch's formula and
+pools it, consecutive work-items writing consecutive elements. Max pooling with return_indices takes the kernel
+that also writes where each maximum came from (adaptive_max_pool2d_indices)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiper.layers import adaptive_pool
+from kuiper.opencl.layer import OpenCLLayer
+from kuiper.opencl.registry import opencl
+from kuiper.opencl.runtime import round_up
+
+
+class OpenCLAdaptivePool2d(OpenCLLayer):
+    """One launch over the output elements; subclasses name their kernel."""
+
+    #: the kernel in cl/pooling.cl
+    cl_name: str
+
+    def build_opencl(self, rt):
+        self.cl_kernel = rt.kernel("pooling.cl", self.cl_name)
+
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        q.run(self.cl_kernel, (round_up(y.size, 256),), None, *(t.buffer for t in outputs), x.buffer,
+              np.int32(y.size), *map(np.int32, x.shape[-2:] + y.shape[-2:]))
+
+
+@opencl("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
+class AdaptiveAvgPool2d(OpenCLAdaptivePool2d, adaptive_pool.AdaptiveAvgPool2d):
+    cl_name = "adaptive_avg_pool2d"
+
+
+@opencl("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d")
+class AdaptiveMaxPool2d(OpenCLAdaptivePool2d, adaptive_pool.AdaptiveMaxPool2d):
+    @property
+    def cl_name(self):
+        return "adaptive_max_pool2d_indices" if self.return_indices else "adaptive_max_pool2d"
