@@ -13,3 +13,4 @@ __all__ = [
 
 # the OpenCL layers, registered by PNNX type (registry.py): imported last, since they build on the runtime
 from kuiper.opencl import activations, copy_chain, fused  # noqa: E402,F401
+from kuiper.opencl import aten, attention, attribute, expression, matmul, multihead_attention, reduce  # noqa: E402,F401
