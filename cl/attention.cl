@@ -1,4 +1,4 @@
-// Attention's softmax (kuiper/layers/attention.py): the scores of a stack of products, rows of `length`
+// Attention's softmax (kuiper/opencl/attention.py): the scores of a stack of products, rows of `length`
 // contiguous keys, `rows_per_stack` rows per product, each row scaled, masked and softmaxed in place.
 //
 // The mask (mode 1: added; 2: a bool, true = masked out, MHA's reading; 3: a bool, true = takes part, SDPA's)

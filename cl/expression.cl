@@ -1,6 +1,6 @@
 // pnnx.Expression: one work-item per output element, the formula compiled in.
 //
-// kuiper/layers/expression.py writes the parsed expression as OpenCL C and passes it in two macros, e.g.
+// kuiper/opencl/expression.py writes the parsed expression as OpenCL C and passes it in two macros, e.g.
 // for expr=add(mul(@0,@1),2):
 //     -DINPUTS=INPUT(0),INPUT(1)                    the kernel's parameters for the inputs it reads
 //     -DEXPR=fn_add(fn_mul(IN(0),IN(1)),2.0f)      the value of output element i

@@ -20,7 +20,8 @@ import numpy as np
 from kuiper.cpu import threads
 from kuiper.cpu.registry import fast
 from kuiper.cpu.scratch import KeepsScratch, Scratch, view
-from kuiper.layers import attention
+from kuiper.layers import attention, multihead_attention
+from kuiper.layers.walk import contiguous_strides
 
 #: the lowest float32: subtracted from a row of -inf it leaves -inf, which exp turns into zeros
 LOWEST = np.finfo(np.float32).min
@@ -47,6 +48,15 @@ def softmax_rows(scores: np.ndarray, rows: np.ndarray, empty_rows_zero: bool, on
 def writable(array: np.ndarray, shape: tuple):
     """A contiguous `array` (as the graph's are) reshaped, a view that writes through to it; else None."""
     return array.reshape(shape) if array.flags.c_contiguous else None
+
+
+def one_stack(mask: tuple, lead: tuple) -> bool:
+    """Whether a contiguous mask of shape `mask` broadcast to lead + (L, S) has a (stack, L, S) view: its leading
+    dims of more than one element evenly spaced in memory, a dim it broadcasts along having stride 0."""
+    shape = (1,) * (len(lead) + 2 - len(mask)) + tuple(mask)
+    dims = [(size, 0 if own == 1 else stride) for size, own, stride in zip(lead, shape, contiguous_strides(shape))
+            if size != 1]
+    return all(outer == inner * size for (_, outer), (size, inner) in zip(dims, dims[1:]))
 
 
 def over_items(count: int, item_macs: int, part) -> bool:
@@ -117,7 +127,7 @@ class BandedAttention(KeepsScratch, attention.Attention):
 
 
 @fast("nn.MultiheadAttention")
-class MultiheadAttention(BandedAttention, attention.MultiheadAttention):
+class MultiheadAttention(BandedAttention, multihead_attention.MultiheadAttention):
     """Each projection is one GEMM into a buffer ("projected"), copied with its bias into the heads' contiguous
     layout (k transposed); the attention runs in bands, its scores in "projected" too, each head's output
     replacing its queries; the heads are joined back into "projected" for the out projection, which writes the
@@ -263,7 +273,7 @@ class ScaledDotProductAttention(BandedAttention, attention.ScaledDotProductAtten
             mask = tuple(input_shapes[self.mask_slot])
             if bool_mask:
                 shapes["mask"] = mask
-            if len(attention.mask_layout(mask, lead + (length, keys))[0]) > 1:  # no (stack, L, S) view of it
+            if not one_stack(mask, lead):
                 shapes["bias"] = (stack, length, keys)
         elif self.is_causal:
             shapes["causal"] = (length, keys)

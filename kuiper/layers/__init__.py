@@ -24,6 +24,7 @@ from kuiper.layers import (  # noqa: F401
     batchnorm2d,
     layer_norm,
     attention,
+    multihead_attention,
     # pooling and resizing
     pooling,
     adaptive_pool,

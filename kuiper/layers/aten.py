@@ -6,7 +6,7 @@ writes that last one wrongly: the zeroed third of the bias is all the bias its F
 swin_v2 models stop at F.linear's shape check ("bias (96,) does not broadcast to the output (..., 288)").
 
 The two clamps are element-wise with broadcasting: they are pnnx.Expressions with a fixed formula, and run
-as those do on every backend.
+as those do on every backend. The OpenCL forwards are kuiper/opencl/aten.py.
 """
 
 import numpy as np
@@ -14,7 +14,6 @@ import numpy as np
 from kuiper.layers.base import Layer
 from kuiper.layers.expression import Expression
 from kuiper.layers.registry import register
-from kuiper.opencl.strided import StridedCopy, View, contiguous_strides
 
 
 class TensorBound(Expression):
@@ -47,14 +46,3 @@ class Zero(Layer):
 
     def forward_numpy(self, inputs, outputs):
         outputs[0][...] = 0
-
-    # ---- OpenCL: every element copied from one zero (the strided copy with stride 0) -------------------
-    def build_opencl(self, rt):
-        from kuiper.opencl import DeviceTensor
-
-        self.copier = StridedCopy(rt)
-        self.zeros = DeviceTensor(rt, rt.upload(np.zeros(8, np.uint8)), (1,), np.uint8)  # zero in any dtype
-
-    def forward_opencl(self, q, inputs, outputs):
-        out = outputs[0]
-        self.copier(q, out.shape, View(out, contiguous_strides(out.shape)), View(self.zeros, (0,) * out.ndim))

@@ -1,10 +1,6 @@
 """pnnx.Attribute: a constant tensor stored in the .bin (`@data`), e.g. a learned bias added in forward.
 
-On OpenCL the constant is uploaded once at build, and each forward copies it into the output, device to
-device. The output cannot simply be the uploaded buffer: every operand lives in a slot of the graph's memory
-plan, and consumers read the tensor in that slot. Aliasing would need the planner to leave constants out of
-its slots and the graph to hand consumers the constant's own DeviceTensor (safe, as no layer writes its
-inputs) - a saving of one small copy per forward, not worth a special case in the planner yet.
+The numpy forward copies it into the output. On OpenCL it is uploaded once (kuiper/opencl/attribute.py).
 """
 
 import numpy as np
@@ -32,16 +28,3 @@ class Attribute(Layer):
 
     def forward_numpy(self, inputs, outputs):
         outputs[0][...] = self.value
-
-    def build_opencl(self, rt):
-        self.cl_value = rt.upload(self.value)
-
-    def forward_opencl(self, q, inputs, outputs):
-        copy_constant(q, self.cl_value, outputs[0])
-
-
-def copy_constant(q, constant, output) -> None:
-    """Enqueue the copy of a constant uploaded at build into an output DeviceTensor of its size (any dtype:
-    the bytes are copied)."""
-    if output.nbytes:  # OpenCL refuses a copy of 0 bytes
-        q.copy(output.buffer, constant, output.nbytes)

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.reduce import RowGroups
+from kuiper.opencl.reduce import RowGroups
 from kuiper.layers.registry import register
 
 AFFINE = ("weight", "bias")

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.reduce import RowGroups
+from kuiper.opencl.reduce import RowGroups
 from kuiper.layers.registry import register
 from kuiper.opencl import round_up
 

@@ -16,3 +16,4 @@ from kuiper.opencl import activations, copy_chain, fused  # noqa: E402,F401
 from kuiper.opencl import (  # noqa: E402,F401
     adaptive_pool, cat, expand, pad, permute, pooling, reshape, roll, shuffle, slice, split, stack, transpose, upsample,
 )
+from kuiper.opencl import aten, attention, attribute, expression, matmul, multihead_attention, reduce  # noqa: E402,F401

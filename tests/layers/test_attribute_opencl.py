@@ -16,7 +16,7 @@ RNG = np.random.default_rng(17)
     RNG.standard_normal((13,)).astype(np.float16),
 ], ids=["1x5x1x9", "3x7x13", "scalar", "int64", "float16"])
 def test_the_constant_is_copied_exactly(cl_runtime, value):
-    layer = make_layer("pnnx.Attribute", attrs={"data": value}, input_shapes=[])
+    layer = make_layer("pnnx.Attribute", backend="opencl", attrs={"data": value}, input_shapes=[])
     assert layer.supports_opencl
     (out,) = layer.run_opencl(cl_runtime)
     assert out.dtype == value.dtype
@@ -28,7 +28,7 @@ def test_every_forward_copies_again(cl_runtime):
     from kuiper.opencl import DeviceTensor, Enqueuer
 
     value = RNG.standard_normal((3, 5)).astype(np.float32)
-    layer = make_layer("pnnx.Attribute", attrs={"data": value}, input_shapes=[])
+    layer = make_layer("pnnx.Attribute", backend="opencl", attrs={"data": value}, input_shapes=[])
     layer.build_opencl(cl_runtime)
     out = DeviceTensor(cl_runtime, cl_runtime.allocate(value.nbytes), value.shape)
     for _ in range(2):

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import assert_opencl_matches_numpy, fp16_twin
-from kuiper.layers.expression import UNARY, broadcast_layout, kept_nonzero, opencl_expression
+from kuiper.layers.expression import UNARY
 from kuiper.layers.expression_parser import parse
+from kuiper.opencl.expression import broadcast_layout, kept_nonzero, opencl_expression
 from kuiper.runtime.backends import make_layer
 from test_expression import FUNCTIONS
 
@@ -18,7 +19,7 @@ RNG = np.random.default_rng(5)
 
 
 def expression(expr, *shapes):
-    return make_layer("pnnx.Expression", params={"expr": expr}, input_shapes=shapes)
+    return make_layer("pnnx.Expression", backend="opencl", params={"expr": expr}, input_shapes=shapes)
 
 
 def rand(*shape):

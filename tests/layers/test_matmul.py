@@ -1,6 +1,7 @@
 """Matrix products (kuiper/layers/matmul.py) against sums written out element by element in float64: torch.matmul's
 broadcasting, torch.mm/bmm/addmm/baddbmm, torch.einsum against a textbook einsum, F.linear with its weight and
-bias as inputs; every path (fast CPU, OpenCL on every device) against the reference; the GEMM layouts."""
+bias as inputs; every path (fast CPU, OpenCL on every device) against the reference; the GEMM layouts
+(kuiper/opencl/matmul.py)."""
 
 import itertools
 
@@ -10,7 +11,7 @@ import pytest
 from conftest import allocated_during, assert_every_path_matches_reference, assert_every_variant_matches_numpy
 from kuiper.cpu import threads
 from kuiper.errors import LayerError, ShapeError
-from kuiper.layers.matmul import gemm_layout
+from kuiper.opencl.matmul import gemm_layout
 from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(15)
@@ -187,7 +188,8 @@ def test_einsum_ellipsis_broadcasts_from_the_right():
 
 def test_einsum_opencl_needs_two_operands_and_a_gemm():
     def opencl(equation, *shapes):
-        return make_layer("torch.einsum", params=dict(equation=equation), input_shapes=shapes).supports_opencl
+        return make_layer("torch.einsum", backend="opencl", params=dict(equation=equation),
+                          input_shapes=shapes).supports_opencl
 
     assert opencl("ijkln,ijkmn->ijklm", (1, 2, 2, 3, 4), (1, 2, 2, 5, 4))
     assert opencl("i,j->ij", (3,), (4,))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_opencl_matches_numpy
-from kuiper.layers.reduce import reduce_layout
+from kuiper.opencl.reduce import reduce_layout
 from kuiper.runtime.backends import make_layer
 from test_softmax_opencl import assert_fp16_close, cl_paths  # noqa: F401  (cl_paths: a fixture)
 
@@ -16,7 +16,7 @@ DIMS = [None, (0,), (1,), (-1,), (2, 3), (1, -1), (0, 2), (3, 1), (0, 1, 2, 3)]
 
 def reduction(kind, dims, keepdim, shape):
     params = {"keepdim": keepdim} if dims is None else {"dim": list(dims), "keepdim": keepdim}
-    return make_layer(f"torch.{kind}", params=params, input_shapes=[shape])
+    return make_layer(f"torch.{kind}", backend="opencl", params=params, input_shapes=[shape])
 
 
 @pytest.mark.parametrize("keepdim", [False, True])
