@@ -20,6 +20,7 @@ failure whose error is a NotImplementedError is an exercise still to write, and 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -141,6 +142,33 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
+def unwritten(path: Path) -> list:
+    """[(name, message)] for each function or method of the module at `path` that is still a stub: its last
+    statement raises NotImplementedError. Read from the source, so that a lesson can list every exercise left,
+    also those that no test reached yet; a file that does not parse lists nothing."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found = []
+
+    def visit(body, prefix):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                last = node.body[-1]
+                call = last.exc if isinstance(last, ast.Raise) else None
+                name = getattr(call.func if isinstance(call, ast.Call) else call, "id", None)
+                if name == _TODO:
+                    args = call.args if isinstance(call, ast.Call) else []
+                    message = args[0].value if args and isinstance(args[0], ast.Constant) else ""
+                    found.append((f"{prefix}{node.name}", str(message)))
+
+    visit(tree.body, "")
+    return found
+
+
 def find_lessons(root: Path = ROOT) -> list:
     """Every lesson under `root`, by number. A lesson without checkpoint files still counts (and fails)."""
     root = Path(root)
@@ -176,11 +204,12 @@ def get_lesson(number: int, root: Path = ROOT) -> Lesson:
     raise CourseError(f"there is no lesson {number} (lessons: {known}; `kuiper lessons` lists them)")
 
 
-def checkpoint_command(files, root: Path = ROOT) -> list:
+def checkpoint_command(files, root: Path = ROOT, traceback: str = "short") -> list:
     """The child process's command line. Options are spelled out rather than taken from setup.cfg's
-    addopts, and the results come from this module as a plugin, whatever the configuration says."""
+    addopts, and the results come from this module as a plugin, whatever the configuration says.
+    `traceback` is pytest's --tb: "no" where nobody reads the report (it is faster)."""
     return [
-        sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "--tb=short", "--color=no",
+        sys.executable, "-m", "pytest", "-q", "-o", "addopts=", f"--tb={traceback}", "--color=no",
         "-p", "no:cacheprovider", "-p", "kuiper.course", "--rootdir", str(root),
         "--continue-on-collection-errors",  # one lesson that does not import must not hide the others
         *(str(Path(f).relative_to(root)) for f in files),
@@ -199,7 +228,7 @@ def child_environment(root: Path, package: str, report: Path) -> dict:
     return env
 
 
-def run_lessons(lessons: list, root: Path = ROOT, package: str = EXERCISES) -> list:
+def run_lessons(lessons: list, root: Path = ROOT, package: str = EXERCISES, traceback: str = "short") -> list:
     """Run the checkpoints of `lessons` against `package` in one pytest process; one Outcome per lesson."""
     root = Path(root)
     outcomes = {lesson.number: Outcome(lesson) for lesson in lessons}
@@ -210,7 +239,7 @@ def run_lessons(lessons: list, root: Path = ROOT, package: str = EXERCISES) -> l
     with tempfile.TemporaryDirectory(prefix="kuiper-course-") as folder:
         report = Path(folder) / "results.jsonl"
         started = time.perf_counter()
-        done = subprocess.run(checkpoint_command(files, root), cwd=root, capture_output=True, text=True,
+        done = subprocess.run(checkpoint_command(files, root, traceback), cwd=root, capture_output=True, text=True,
                               env=child_environment(root, package, report))
         seconds = time.perf_counter() - started
         lines = report.read_text().splitlines() if report.exists() else []
@@ -281,7 +310,7 @@ def print_lessons(run: bool = True, root: Path = ROOT, out=None, package: str = 
     outcomes = {}
     if run:
         print(f"running every checkpoint against {package}/ ...", file=out, flush=True)
-        outcomes = {o.lesson.number: o for o in run_lessons(lessons, root, package)}
+        outcomes = {o.lesson.number: o for o in run_lessons(lessons, root, package, traceback="no")}
     width = max(len(lesson.title) for lesson in lessons)
     for lesson in lessons:
         line = f"{lesson.number:>3}  {lesson.title:<{width}}"
@@ -337,9 +366,11 @@ def print_lesson(number: int, root: Path = ROOT, out=None, show_output: bool = F
     bugs = [r for r in outcome.results if r.outcome in ("failed", "error") and not r.todo]
     if show_output or bugs or outcome.broken:
         print(outcome.output.rstrip(), file=out)
-    if outcome.todo:
+    todo = [message or name for name, message in unwritten(exercise)] if not outcome.ok else []
+    todo += [message for message in outcome.todo if message not in todo]
+    if todo:
         print(f"\nto write in {_relative(exercise, root)}:", file=out)
-        for message in outcome.todo:
+        for message in todo:
             print(f"  - {message}", file=out)
 
     print(file=out)
@@ -351,8 +382,9 @@ def print_lesson(number: int, root: Path = ROOT, out=None, show_output: bool = F
     else:
         print(f"Lesson {lesson.number} checkpoint not passed yet: {outcome.summary()} in {outcome.seconds:.1f} s",
               file=out)
-        if outcome.todo:
-            print(f"write the exercises listed above, then run `kuiper lesson {lesson.number}` again", file=out)
+        if todo:
+            print(f"write the exercises listed above, then run `kuiper lesson {lesson.number}` again", file=out, flush=True)
         elif bugs:
-            print(f"pytest's report above shows what your code in {_relative(exercise, root)} got wrong", file=out)
+            print(f"pytest's report above shows what your code in {_relative(exercise, root)} got wrong", file=out,
+                  flush=True)
     return outcome
