@@ -383,8 +383,8 @@ def print_lesson(number: int, root: Path = ROOT, out=None, show_output: bool = F
         print(f"Lesson {lesson.number} checkpoint not passed yet: {outcome.summary()} in {outcome.seconds:.1f} s",
               file=out)
         if todo:
-            print(f"write the exercises listed above, then run `kuiper lesson {lesson.number}` again", file=out, flush=True)
+            print(f"write the exercises listed above, then run `kuiper lesson {lesson.number}` again", file=out)
         elif bugs:
-            print(f"pytest's report above shows what your code in {_relative(exercise, root)} got wrong", file=out,
-                  flush=True)
+            print(f"pytest's report above shows what your code in {_relative(exercise, root)} got wrong", file=out)
+    out.flush()
     return outcome

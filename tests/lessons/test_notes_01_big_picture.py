@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 1: ResNet-18 runs and agrees with PyTorch; the models and the export tool are
+"""The claims of lesson 1: ResNet-18 runs and agrees with PyTorch; the models and the export tool are
 what the notes say they are; the notes' commands work."""
 
 import ast

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 2: kuiper.Tensor's layout, views, padding and broadcasting, against numpy and loops."""
+"""The claims of lesson 2: kuiper.Tensor's layout, views, padding and broadcasting, against numpy and loops."""
 
 import itertools
 

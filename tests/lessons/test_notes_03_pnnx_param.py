@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 3: the .param reader's records agree with the text, token by token."""
+"""The claims of lesson 3: the .param reader's records agree with the text, token by token."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 4: the .bin zip store, read zero-copy, checked against an independent header parser."""
+"""The claims of lesson 4: the .bin zip store, read zero-copy, checked against an independent header parser."""
 
 import mmap
 import struct

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 5: init() links exactly the graph the .param text describes; build() keeps it on the
+"""The claims of lesson 5: init() links exactly the graph the .param text describes; build() keeps it on the
 reference backend and relinks the operators the numpy backend's fusion pass rewrites."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 6: the Layer interface, the registry and the fast layers' registry, ReLU and a stable
+"""The claims of lesson 6: the Layer interface, the registry and the fast layers' registry, ReLU and a stable
 Sigmoid, and a layer of our own."""
 
 import ast

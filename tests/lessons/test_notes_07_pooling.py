@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 7: pooling layers against textbook loops written from PyTorch's definitions."""
+"""The claims of lesson 7: pooling layers against textbook loops written from PyTorch's definitions."""
 
 import numpy as np
 import pytest

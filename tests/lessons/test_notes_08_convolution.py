@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 8: the reference Conv2d against direct loops, its kernel windows against their definition,
+"""The claims of lesson 8: the reference Conv2d against direct loops, its kernel windows against their definition,
 im2col + GEMM by hand, and PyTorch's conv_zoo output."""
 
 import numpy as np
@@ -147,21 +147,14 @@ def test_conv_zoo_matches_pytorch():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
-def test_resnet18_convolution_work_from_shapes():
-    """Exercise 3: the multiply-accumulates of ResNet-18's convolutions at batch 1 (about 1.8 G)."""
-    graph = kuiper.load(RESNET, backend="reference")  # the file's operators, with their parameters
-    shapes = graph.plan_for((1, 3, 224, 224)).shapes
-    total = 0
-    for op in graph.operators:
-        if op.type != "nn.Conv2d":
-            continue
-        n, cout, ho, wo = shapes[op.output_operand.name]
-        kh, kw = op.params["kernel_size"].value
-        cin_g = op.params["in_channels"].value // op.params["groups"].value
-        total += n * cout * ho * wo * cin_g * kh * kw
+def test_resnet18_convolutions_do_about_1_8_g_macs():
+    """The figure exercise 3 asks for, "about 1.8 G", as kuiper's own layers count it."""
+    graph = kuiper.load(RESNET, backend="reference")
+    plan = graph.plan_for((1, 3, 224, 224))
+    total = sum(op.layer.macs([plan.shapes[o.name] for o in op.input_operands],
+                              [plan.shapes[o.name] for o in op.output_operands])
+                for op in graph.operators if op.type == "nn.Conv2d")
     assert 1.80e9 < total < 1.83e9
-    first = graph.operators[1]
-    assert shapes[first.output_operand.name] == (1, 64, 112, 112)
 
 
 def test_the_commands_in_the_notes(capsys):

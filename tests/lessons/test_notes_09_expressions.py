@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 9: tokens, trees, reverse Polish form, stack evaluation, and the Expression layer."""
+"""The claims of lesson 9: tokens, trees, reverse Polish form, stack evaluation, and the Expression layer."""
 
 import numpy as np
 import pytest

@@ -1,51 +1,41 @@
-"""Checkpoint of lesson 11: the meet_num BFS, by-reference hand-over, tracing, and one plan per input shape."""
+"""The claims of lesson 11: the meet_num BFS, by-reference hand-over, tracing, and one plan per input shape."""
 
 import contextlib
 import io
-from collections import deque
 
 import numpy as np
 import pytest
 
 import kuiper
 from kuiper import InputError
-from lesson_tools import MODELS, RESNET, check_shell_commands, model_case, param_lines
+from lesson_tools import RESNET, check_shell_commands, model_case
 
 SMALL_MODELS = ["pool_zoo", "expr_two_inputs", "shape_zoo", "unet_tiny", "reshape_batch"]
 
 
-def bfs_events(inputs, outputs, consumers=None):
-    """("run", name) and ("probe", name, "meet/inputs") events of the meet_num BFS over operators given as
-    {name: [input operand names]} and {name: [output operand names]}, in order: each operator probes every
-    operator that reads one of its outputs once, in order of first use, adding the slots it fills. An operand's
-    readers are in the order of `inputs` unless `consumers` ({operand: [operator names]}) says otherwise."""
-    if consumers is None:
-        consumers = {}
-        for name, used in inputs.items():
-            for operand in used:
-                consumers.setdefault(operand, []).append(name)
-    meet = {name: 0 for name in inputs}
-    queue = deque(name for name in inputs if not inputs[name])
-    events = []
-    while queue:
-        name = queue.popleft()
-        events.append(("run", name))
-        successors = []
-        for operand in outputs[name]:
-            successors += [c for c in consumers.get(operand, []) if c not in successors]
-        for succ in successors:
-            meet[succ] += sum(operand in outputs[name] for operand in inputs[succ])
-            events.append(("probe", succ, f"{meet[succ]}/{len(inputs[succ])}"))
-            if meet[succ] == len(inputs[succ]):
-                queue.append(succ)
-    return events
-
-
-def expected_trace(param):
-    """The trace of the file's graph (the reference backend's), from the .param tokens alone."""
-    lines = param_lines(param)
-    return bfs_events({t[1]: t[4:4 + int(t[2])] for t in lines},
-                      {t[1]: t[4 + int(t[2]):4 + int(t[2]) + int(t[3])] for t in lines})
+def check_trace(graph, events):
+    """The trace is a valid run of the meet_num search over `graph`: every operator runs once, in graph.order,
+    only once all its input slots were counted; after each run come the probes of exactly its successors, in
+    their order, each adding the slots the operator that ran fills."""
+    ops = {op.name: op for op in graph.operators}
+    meet = dict.fromkeys(ops, 0)
+    ready = {name for name, op in ops.items() if not op.input_operands}
+    runs, pending, current = [], [], None
+    for event in events:
+        if event[0] == "run":
+            assert not pending, f"{current.name} did not probe {pending}"
+            current = ops[event[1]]
+            assert current.name in ready and current.name not in runs, event
+            runs.append(current.name)
+            pending = [succ.name for succ in current.successors]
+        else:
+            _, name, count = event
+            assert pending and pending.pop(0) == name, event
+            meet[name] += ops[name].slots_fed_by(current)
+            assert count == f"{meet[name]}/{len(ops[name].input_operands)}", event
+            if meet[name] == len(ops[name].input_operands):
+                ready.add(name)
+    assert not pending and runs == [op.name for op in graph.order]
 
 
 def traced(graph, *inputs):
@@ -64,7 +54,8 @@ def test_trace_is_the_bfs_of_the_text_and_outputs_match_pytorch(name):
     param, inputs, expected = model_case(name, "b2")
     graph = kuiper.load(param, backend="reference")
     outputs, events = traced(graph, *inputs)
-    assert events == expected_trace(param)
+    check_trace(graph, events)
+    assert [op.name for op in graph.order] == [op.name for op in kuiper.load(param).unfused_order]
     assert all(op.meet_num == len(op.input_operands) for op in graph.operators)
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
@@ -78,10 +69,7 @@ def test_numpy_trace_is_the_bfs_of_the_fused_graph(name):
     param, inputs, expected = model_case(name, "b1" if name == "resnet18" else "b2")
     graph = kuiper.load(param)
     outputs, events = traced(graph, *inputs)
-    operands = {o.name: o for op in graph.operators for o in op.output_operands}
-    assert events == bfs_events({op.name: [o.name for o in op.input_operands] for op in graph.operators},
-                                {op.name: [o.name for o in op.output_operands] for op in graph.operators},
-                                {name: [c.name for c in o.consumers] for name, o in operands.items()})
+    check_trace(graph, events)
     assert all(op.meet_num == len(op.input_operands) for op in graph.operators)
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
@@ -151,7 +139,7 @@ def test_resnet_trace_shows_the_skip_connection_waiting(capsys):
     probes = [line.split()[-1] for line in lines if "probe pnnx_expr_14" in line]
     assert probes == ["1/2", "2/2"]
     runs = [line.split()[1] for line in lines if line.startswith("run ")]
-    assert runs == [name for kind, name, *_ in expected_trace(RESNET) if kind == "run"]
+    assert runs == [op.name for op in kuiper.load(RESNET, backend="reference").order]
     # on numpy the add is part of convbn2d_2, which now waits for the skip connection
     fused = outputs["kuiper run --trace"].splitlines()
     assert [line.split()[-1] for line in fused if "probe convbn2d_2 " in line] == ["1/2", "2/2"]

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 12: ResNet-18 against PyTorch, the profile's coverage, inspect's numbers. No timing
+"""The claims of lesson 12: ResNet-18 against PyTorch, the profile's coverage, inspect's numbers. No timing
 is asserted."""
 
 import re

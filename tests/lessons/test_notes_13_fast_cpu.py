@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 13: every CPU variant of the fast Conv2d against the reference layer, with and without a
+"""The claims of lesson 13: every CPU variant of the fast Conv2d against the reference layer, with and without a
 fused epilogue, on one and two threads; Winograd's tiles against the definition; the rule's choices on ResNet-18;
 bands; the fused ResNet-18 against the reference backend and PyTorch. No timing is asserted."""
 

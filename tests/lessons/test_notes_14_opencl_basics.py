@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 14: OpenCL objects, a first kernel, work sizes and bounds checks, kuiper's wrappers."""
+"""The claims of lesson 14: OpenCL objects, a first kernel, work sizes and bounds checks, kuiper's wrappers."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 15: the program cache, build errors, the buffer pool, the Enqueuer on both queues,
+"""The claims of lesson 15: the program cache, build errors, the buffer pool, the Enqueuer on both queues,
 profiling events and host fallbacks. No time is asserted; event timestamps are only compared for order."""
 
 import warnings

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 16: both GEMM kernels against float64 matmul, every convolution path against an einsum
+"""The claims of lesson 16: both GEMM kernels against float64 matmul, every convolution path against an einsum
 reference, and FLOP counts from the shapes. Profiling events are checked for completeness, never for time."""
 
 from types import SimpleNamespace

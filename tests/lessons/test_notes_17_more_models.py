@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 17: upsampling, cat, chunk and SiLU against formulas written from their definitions,
+"""The claims of lesson 17: upsampling, cat, chunk and SiLU against formulas written from their definitions,
 unet_tiny and expr_two_inputs against PyTorch on both backends, other input sizes, several inputs and outputs."""
 
 import re

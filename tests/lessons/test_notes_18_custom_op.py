@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 18: an operator from a kernel and a config, on both backends; the automatic
+"""The claims of lesson 18: an operator from a kernel and a config, on both backends; the automatic
 defines the notes list; an override that stays in its graph; a model with a module pnnx kept whole."""
 
 import re

@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 19: every BatchNorm and GEMM variant against independent references, the rule, choices
+"""The claims of lesson 19: every BatchNorm and GEMM variant against independent references, the rule, choices
 made with the plan and only looked up in forward, measuring into a tuning cache that a second graph reuses, and
 a broken cache file. Every cache lives in tmp_path; no time is asserted."""
 

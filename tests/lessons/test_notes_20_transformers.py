@@ -1,4 +1,4 @@
-"""Checkpoint of lesson 20: layer norm and attention written here from their definitions (loops over rows and
+"""The claims of lesson 20: layer norm and attention written here from their definitions (loops over rows and
 query positions in float64), first checked against what PyTorch saved for vit_tiny and attention_zoo, then
 used as the reference for kuiper's reference, fast CPU and OpenCL layers; the transformer models against
 PyTorch on every backend; what pnnx wrote; the export-batch limits; the commands in the notes."""
