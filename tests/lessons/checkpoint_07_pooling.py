@@ -20,8 +20,8 @@ def test_pooled_size_on_a_grid():
         for padding in range(0, kernel // 2 + 1):
             if size + 2 * padding < dilation * (kernel - 1) + 1:
                 continue
-            assert ex.pooled_size(size, kernel, stride, padding, dilation, ceil) == \
-                pooled_size(size, kernel, stride, padding, dilation, ceil), (size, kernel, stride, padding, dilation, ceil)
+            case = (size, kernel, stride, padding, dilation, ceil)
+            assert ex.pooled_size(*case) == pooled_size(*case), case
             checked += 1
     assert checked > 800
 
@@ -37,9 +37,11 @@ MAX_CASES = [  # kernel, stride, padding, dilation, ceil_mode, input (H, W)
 
 @pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode, size", MAX_CASES)
 def test_max_pool2d_is_kuipers(kernel, stride, padding, dilation, ceil_mode, size):
-    x = np.random.default_rng(sum(size)).standard_normal((2, 3, *size)).astype(np.float32) - 3  # all negative: padding must never win
-    layer = make_layer("nn.MaxPool2d", input_shapes=(x.shape,), params=dict(
-        kernel_size=list(kernel), stride=list(stride), padding=list(padding), dilation=list(dilation), ceil_mode=ceil_mode))
+    # all negative: a padded position must never win
+    x = np.random.default_rng(sum(size)).standard_normal((2, 3, *size)).astype(np.float32) - 3
+    params = dict(kernel_size=list(kernel), stride=list(stride), padding=list(padding), dilation=list(dilation),
+                  ceil_mode=ceil_mode)
+    layer = make_layer("nn.MaxPool2d", input_shapes=(x.shape,), params=params)
     np.testing.assert_array_equal(ex.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode), layer.run_numpy(x)[0])
 
 

@@ -35,7 +35,7 @@ def check_assignment(lives, slot_of):
     for a, (a_first, a_last) in lives.items():
         for b, (b_first, b_last) in lives.items():
             if a < b and slot_of[a] == slot_of[b]:
-                assert a_last < b_first or b_last < a_first, f"{a} {lives[a]} and {b} {lives[b]} share slot {slot_of[a]}"
+                assert a_last < b_first or b_last < a_first, f"{a} {lives[a]} and {b} {lives[b]} share a slot"
     steps = range(min(f for f, _ in lives.values()), max(l for _, l in lives.values()) + 1)
     most_alive = max(sum(f <= s <= l for f, l in lives.values()) for s in steps)
     assert len(set(slot_of.values())) == most_alive           # fewer cannot work: that many are alive at once

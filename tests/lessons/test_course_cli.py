@@ -236,7 +236,8 @@ def test_runner_states_and_guidance(tmp_path):
 
 
 def test_kuiper_lesson_on_stubs_says_what_to_write(tmp_path):
-    make_course(tmp_path, {1: ("Stubs", CHECKPOINT, EXERCISE, SOLUTION), 2: ("Next", CHECKPOINT, EXERCISE, SOLUTION)})
+    make_course(tmp_path, {1: ("Stubs", CHECKPOINT, EXERCISE, SOLUTION),
+                           2: ("Next", CHECKPOINT, EXERCISE, SOLUTION)})
     out = io.StringIO()
     outcome = course.print_lesson(1, root=tmp_path, out=out)
     text = out.getvalue()
@@ -249,7 +250,8 @@ def test_kuiper_lesson_on_stubs_says_what_to_write(tmp_path):
 
     out = io.StringIO()
     assert course.print_lesson(1, root=tmp_path, out=out, package=course.SOLUTIONS).ok
-    assert "Lesson 1 checkpoint passed: 2 passed" in out.getvalue() and "next: course_notes/02-topic.md" in out.getvalue()
+    assert "Lesson 1 checkpoint passed: 2 passed" in out.getvalue()
+    assert "next: course_notes/02-topic.md" in out.getvalue()
 
 
 def test_kuiper_lesson_shows_pytests_report_for_a_wrong_answer(tmp_path):
