@@ -71,6 +71,7 @@ class Result:
     nodeid: str
     outcome: str               # "passed", "failed", "error" (setup or import) or "skipped"
     message: str = ""          # the exception's one-line message, for a failure
+    details: str = field(default="", repr=False)   # pytest's report of a failure
 
     @property
     def test(self) -> str:
@@ -251,7 +252,8 @@ def run_lessons(lessons: list, root: Path = ROOT, package: str = EXERCISES, trac
         entry = json.loads(line)
         number = owner.get((root / entry["nodeid"].split("::")[0]).resolve())
         if number is not None:
-            outcomes[number].results.append(Result(entry["nodeid"], entry["outcome"], entry["message"]))
+            outcomes[number].results.append(Result(entry["nodeid"], entry["outcome"], entry["message"],
+                                                   entry.get("details", "")))
     # pytest failing without naming any test (a usage error, a crash) leaves nothing credited: fail them all
     unexplained = done.returncode not in (0, 1, 5) or (
         done.returncode == 1 and not any(o.failed or o.errors for o in outcomes.values()))
@@ -273,9 +275,10 @@ def _report(nodeid: str, outcome: str, longrepr) -> None:
     if not path:
         return
     crash = getattr(longrepr, "reprcrash", None)
-    message = crash.message if crash is not None else _first_line(str(longrepr or ""))
+    details = str(longrepr) if longrepr is not None and outcome != "skipped" else ""
+    message = crash.message if crash is not None else _first_line(details)
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message}) + "\n")
+        f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message, "details": details}) + "\n")
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -364,8 +367,14 @@ def print_lesson(number: int, root: Path = ROOT, out=None, show_output: bool = F
         print(f"  {verdict:4}  {test}{cases}{reason}", file=out)
 
     bugs = [r for r in outcome.results if r.outcome in ("failed", "error") and not r.todo]
-    if show_output or bugs or outcome.broken:
+    if show_output or outcome.broken:
         print(outcome.output.rstrip(), file=out)
+    elif bugs:
+        shown = 3
+        for result in bugs[:shown]:
+            print(f"\n---- {result.nodeid}\n{result.details.rstrip()}", file=out)
+        if len(bugs) > shown:
+            print(f"\n... and {len(bugs) - shown} more (`kuiper lesson {number} --output` shows all)", file=out)
     todo = [message or name for name, message in unwritten(exercise)] if not outcome.ok else []
     todo += [message for message in outcome.todo if message not in todo]
     if todo:
@@ -382,9 +391,9 @@ def print_lesson(number: int, root: Path = ROOT, out=None, show_output: bool = F
     else:
         print(f"Lesson {lesson.number} checkpoint not passed yet: {outcome.summary()} in {outcome.seconds:.1f} s",
               file=out)
+        if bugs:
+            print(f"pytest's report above shows what your code in {_relative(exercise, root)} got wrong", file=out)
         if todo:
             print(f"write the exercises listed above, then run `kuiper lesson {lesson.number}` again", file=out)
-        elif bugs:
-            print(f"pytest's report above shows what your code in {_relative(exercise, root)} got wrong", file=out)
     out.flush()
     return outcome
