@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper.runtime import planner
 from lesson_tools import MODEL_PARAMS, exercise
 
 ex = exercise(10)

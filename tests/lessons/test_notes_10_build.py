@@ -15,7 +15,7 @@ from kuiper.layers.reshape import ViewLayer
 from kuiper.layers.split import SplitLayer
 from kuiper.layers.transpose import Transpose
 from kuiper.runtime.planner import Lifetime, assign_buffers
-from lesson_tools import MODELS, RESNET, check_shell_commands, manifest, model_case, param_lines, BLOCK, MODEL_PARAMS
+from lesson_tools import MODELS, RESNET, check_shell_commands, manifest, model_case, BLOCK, MODEL_PARAMS
 
 BACKENDS = ("numpy", "reference")
 
