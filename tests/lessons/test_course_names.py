@@ -86,7 +86,8 @@ MACHINE = re.compile(r"Zen \d|EPYC|Xeon|Skylake|LLVM \d+|PoCL \d|Debian|H100|\bV
 def measurements(text: str) -> list:
     """The timing figures and machine names of a page's prose and tables (code blocks, where a doctest may
     print a size or a rate it computed, and `code` spans are left out). A table counts when a column is
-    headed `time`, `ms` or `µs`: each number in its rows is a figure."""
+    headed `time`, `ms` or `µs`, or the lines above it say "microseconds": each number in its rows is a
+    figure."""
     found, in_code, lines = [], False, text.splitlines()
     for k, line in enumerate(lines):
         if line.strip().startswith("```"):
@@ -101,7 +102,8 @@ def measurements(text: str) -> list:
             while start > 0 and lines[start - 1].startswith("|"):
                 start -= 1
             header = {cell.strip() for cell in lines[start].strip("|").split("|")}
-            if k > start + 1 and header & {"time", "ms", "µs"}:
+            before = " ".join(lines[max(0, start - 3):start])
+            if k > start + 1 and (header & {"time", "ms", "µs"} or "microseconds" in before):
                 found += [cell.strip() for cell in line.strip("|").split("|") if re.fullmatch(r"\s*[\d.,]+\s*", cell)]
     return found
 
