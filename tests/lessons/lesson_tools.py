@@ -15,9 +15,12 @@ check in test_course_cli.py.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,17 @@ MODELS = ROOT / "models"
 RESNET = MODELS / "resnet18" / "resnet18.pnnx.param"
 
 _BASH_BLOCK = re.compile(r"^[ \t]*```bash\n(.*?)^[ \t]*```", re.S | re.M)
+
+
+def exercise(number: int):
+    """Lesson `number`'s exercise module, from the package KUIPER_EXERCISES names: `exercises` (the student's,
+    the default) or `solutions`. The checkpoints call what it defines; kuiper/course.py sets the variable."""
+    package = os.environ.get(course.PACKAGE_ENV, course.EXERCISES)
+    if package not in (course.EXERCISES, course.SOLUTIONS):
+        raise ValueError(f"{course.PACKAGE_ENV}={package!r}: expected {course.EXERCISES!r} or {course.SOLUTIONS!r}")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"{package}.lesson_{number:02d}")
 
 
 def lesson(number: int) -> course.Lesson:
