@@ -12,4 +12,6 @@ __all__ = [
 ]
 
 # the OpenCL layers, registered by PNNX type (registry.py): imported last, since they build on the runtime
-from kuiper.opencl import activations, copy_chain, fused  # noqa: E402,F401
+from kuiper.opencl import (  # noqa: E402,F401
+    activations, batchnorm2d, conv2d, conv_transpose2d, copy_chain, fused, layer_norm, linear, softmax,
+)

@@ -17,6 +17,7 @@ from kuiper.cpu import threads
 from kuiper.cpu.registry import fast_class
 from kuiper.layers.registry import layer_class
 from kuiper.opencl import get_runtime
+from kuiper.opencl.registry import opencl_class
 from kuiper.pnnx import load as read_pnnx
 from kuiper.runtime.operators import make_operator
 from lesson_tools import MODELS, check_shell_commands, model_case, notes_text, param_lines
@@ -199,7 +200,7 @@ def test_the_definitions_reproduce_pytorch_on_vit_tiny():
 @pytest.fixture(scope="module", params=["reference", "fast", *OPENCL])
 def backend(request):
     """(name, OpenCL runtime or None): the reference layer's numpy forward, the fast CPU layer's, and the
-    reference layer's OpenCL forward on each usable device."""
+    OpenCL layer's forward on each usable device."""
     name = request.param
     if name.startswith("opencl"):
         return "opencl", get_runtime(name.split(" ", 1)[1])
@@ -214,6 +215,8 @@ def build(type, backend, params=None, attrs=None, shapes=(), names=()):
     if backend[0] == "fast":
         cls = fast_class(type)
         assert cls is not None and cls.__module__.startswith("kuiper.cpu."), type
+    elif backend[0] == "opencl":
+        cls = opencl_class(type) or layer_class(type, op.name)
     else:
         cls = layer_class(type, op.name)
     layer = cls(op)
