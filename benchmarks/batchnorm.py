@@ -42,7 +42,7 @@ def main() -> None:
         c = shape[1]
         statistics = {"running_mean": rng.standard_normal(c), "running_var": rng.uniform(0.5, 2.0, c),
                       "weight": rng.standard_normal(c), "bias": rng.standard_normal(c)}
-        layer = make_layer("nn.BatchNorm2d", params={"num_features": c, "eps": 1e-5, "affine": True},
+        layer = make_layer("nn.BatchNorm2d", backend="opencl", params={"num_features": c, "eps": 1e-5, "affine": True},
                            attrs={k: v.astype(np.float32) for k, v in statistics.items()}, input_shapes=[shape])
         layer.build_opencl(rt)
         names = list(layer.variants.by_name)

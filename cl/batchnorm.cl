@@ -1,4 +1,4 @@
-// BatchNorm2d at inference (kuiper/layers/batchnorm2d.py): y = x * scale[c] + shift[c], with the statistics
+// BatchNorm2d at inference (kuiper/opencl/batchnorm2d.py): y = x * scale[c] + shift[c], with the statistics
 // folded into scale and shift at build. The input is seen as N * C planes of H * W pixels; plane p belongs
 // to channel p % C. Three variants split that work differently (the layer's rule picks one per shape):
 //

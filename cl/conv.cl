@@ -1,4 +1,4 @@
-// Convolution around the GEMM (kuiper/layers/conv2d.py, conv_transpose2d.py): im2col builds Conv2d's column
+// Convolution around the GEMM (kuiper/opencl/conv2d.py, conv_transpose2d.py): im2col builds Conv2d's column
 // matrix, col2im folds ConvTranspose2d's columns back into an image, and depthwise convolution, too thin for
 // a GEMM, is computed directly. Consecutive work-items take consecutive pixels (or runs of them), the unit
 // stride for writes and for reads along an image row. Every size is an argument.

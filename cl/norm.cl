@@ -1,4 +1,4 @@
-// LayerNorm and GroupNorm (kuiper/layers/layer_norm.py): the input seen as rows of `length` contiguous
+// LayerNorm and GroupNorm (kuiper/opencl/layer_norm.py): the input seen as rows of `length` contiguous
 // elements, each row normalised by its own mean and biased variance, then an optional weight and bias.
 //
 // Element j of row r takes weight and bias index ((r % groups) * length + j) / inner: for LayerNorm

@@ -1,46 +1,15 @@
 """BatchNorm2d at inference: y = (x - mean) / sqrt(var + eps) * weight + bias, per channel.
 
 With frozen statistics this is an affine map per channel, y = x * scale + shift, so the constructor folds
-the four vectors into `scale` and `shift` once and forward is a multiply and an add (on OpenCL,
-cl/batchnorm.cl: the same two operations per element).
-
-On OpenCL the N * C planes of H * W pixels can be split over work-items in three ways, the layer's variants
-(kuiper/opencl/tuning.py): "plane" (a work-item per pixel), "channel" (a work-item per plane) and "tiled"
-(a work-item per TILE pixels of a plane). `rule` says which one suits a shape on a device.
+the four vectors into `scale` and `shift` once and forward is a multiply and an add. The OpenCL backend
+(kuiper/opencl/batchnorm2d.py) runs the same two operations per element, split over work-items in one of
+three ways chosen by shape and device.
 """
 
 import numpy as np
 
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
-from kuiper.opencl import round_up
-from kuiper.variants import Variant, Variants
-
-#: "tiled" gives each work-item this many pixels: 4 KiB of input, a loop long enough to run at full SIMD
-#: speed, while a 224x224 plane still splits into 49 work-items, enough for every core of a CPU
-TILE = 1024
-#: "plane" rounds each plane up to a row of this many work-items (see forward); planes smaller than that leave
-#: part of the row idle, which on the H100 still cost no more than "channel" did
-ROW = 16
-
-
-def rule(shape: tuple, is_cpu: bool) -> str:
-    """The variant for an (N, C, H, W) input on a CPU or another device (measured with benchmarks/batchnorm.py
-    on PoCL with 2 cores and on an H100):
-
-    * on CPUs, many small planes (C > H * W) go to "channel": the planes alone give enough work-items, each a
-      short loop; everything else goes to "tiled": PoCL runs a work-item's own loop over contiguous pixels at
-      SIMD speed, and one pixel per work-item ("plane") 4-15x slower (its bounds check keeps PoCL from
-      vectorizing across work-items);
-    * on GPUs everything goes to "plane": neighbouring work-items read neighbouring pixels, which the GPU
-      merges into wide loads. On the H100 it was the fastest or within noise of it on every shape measured,
-      small planes included (a work-item per plane or tile reads memory with a stride: 5-90x slower on
-      large planes).
-    """
-    _, c, h, w = shape
-    if not is_cpu:
-        return "plane"
-    return "channel" if c > h * w else "tiled"
 
 
 @register("nn.BatchNorm2d")
@@ -74,36 +43,3 @@ class BatchNorm2d(Layer):
         np.multiply(inputs[0], self.scale, out=outputs[0])
         outputs[0] += self.shift
 
-    # ---- OpenCL (cl/batchnorm.cl) ----------------------------------------------------------------------
-    def build_opencl(self, rt):
-        self.cl_scale, self.cl_shift = rt.upload(self.scale.ravel()), rt.upload(self.shift.ravel())
-
-        def pixel_kernel():
-            return rt.kernel("batchnorm.cl", "batchnorm_pixel")
-
-        def run_kernel():
-            return rt.kernel("batchnorm.cl", "batchnorm_run")
-
-        variants = [Variant("plane", pixel_kernel, self._per_pixel), Variant("channel", run_kernel, self._per_plane),
-                    Variant("tiled", run_kernel, self._per_tile)]
-        self.variants = Variants(rt, ["batchnorm.cl"], variants, lambda shapes: rule(shapes[0], rt.is_cpu))
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, y = inputs[0], outputs[0]
-        if y.size:  # OpenCL refuses an empty range
-            self.variants.pick((x.shape,))(q, y, x)
-
-    def _per_pixel(self, q, kernel, y, x):
-        n, c, h, w = x.shape
-        q.run(kernel, (round_up(h * w, ROW), n * c), None, y.buffer, x.buffer, self.cl_scale, self.cl_shift, h * w, c)
-
-    def _per_plane(self, q, kernel, y, x):
-        self._per_run(q, kernel, y, x, run=x.shape[2] * x.shape[3])
-
-    def _per_tile(self, q, kernel, y, x):
-        self._per_run(q, kernel, y, x, run=TILE)
-
-    def _per_run(self, q, kernel, y, x, run: int):
-        n, c, h, w = x.shape
-        q.run(kernel, (-(-h * w // run), n * c), None, y.buffer, x.buffer, self.cl_scale, self.cl_shift, h * w, c,
-              run)

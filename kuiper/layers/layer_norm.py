@@ -16,8 +16,8 @@ pnnx writes the module (nn.LayerNorm, nn.GroupNorm) with its weight and bias as 
 input ($weight, then $bias). pnnx 20261020 writes a submodule nn.LayerNorm(bias=False) as
 elementwise_affine=False without its weight: nothing in the file tells, and the output differs from PyTorch's.
 
-On OpenCL (cl/norm.cl) one work-group normalises one row, its sums combined in local memory; on CPUs the
-group is a single work-item.
+The OpenCL backend (kuiper/opencl/layer_norm.py) normalises each row in one work-group, its sums combined in
+local memory.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import math
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.reduce import RowGroups
 from kuiper.layers.registry import register
 
 AFFINE = ("weight", "bias")
@@ -100,27 +99,6 @@ class Normalization(Layer):
         if bias is not None:
             out += bias.reshape(self.affine_shape(x.shape))
 
-    # ---- OpenCL (cl/norm.cl) ------------------------------------------------------------------------------
-    def build_opencl(self, rt):
-        self.cl_rows = RowGroups(rt, "norm.cl", "norm_rows", shortest=1)
-        self.cl_affine = {key: rt.upload(source) for key, source in self.affine.items() if not isinstance(source, int)}
-
-    def forward_opencl(self, q, inputs, outputs):
-        x, y = inputs[0], outputs[0]
-        count, length = self.rows(x.shape)
-        buffers = []
-        for key in AFFINE:
-            source = self.affine.get(key)
-            buffers.append(x.buffer if source is None else inputs[source].buffer if isinstance(source, int)
-                           else self.cl_affine[key])
-        groups, inner = self.channel_layout(x.shape)
-        self.cl_rows.run(q, count, length, y.buffer, x.buffer, *buffers, int("weight" in self.affine),
-                         int("bias" in self.affine), length, groups, inner, self.eps)
-
-    def channel_layout(self, shape: tuple) -> tuple:
-        """(groups, inner) for cl/norm.cl: element j of row r has weight index ((r % groups) * length + j) / inner."""
-        return 1, 1
-
 
 @register("nn.LayerNorm", "F.layer_norm")
 class LayerNorm(Normalization):
@@ -189,5 +167,3 @@ class GroupNorm(Normalization):
     def affine_shape(self, shape):
         return (shape[1],) + (1,) * (len(shape) - 2)
 
-    def channel_layout(self, shape):
-        return self.num_groups, math.prod(shape[2:])

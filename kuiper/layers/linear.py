@@ -1,16 +1,12 @@
 """Linear: y = x @ W^T + b over the last axis, for inputs of any rank (leading axes are batch axes).
 
-On OpenCL it is one GEMM (kuiper/opencl/gemm.py) with the bias added per column in the kernel; on CPUs, with
-the weights in panels, a stack of one GEMM per panel. This numpy forward is the reference; the numpy backend
-shares its GEMM over kuiper's threads (kuiper/cpu/linear.py).
+This numpy forward is the reference; the numpy backend shares its GEMM over kuiper's threads
+(kuiper/cpu/linear.py), and the OpenCL backend runs it as one GEMM kernel (kuiper/opencl/linear.py).
 """
-
-import math
 
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, NO_EPILOGUE, ConstantB, Gemm, Matrix
 from kuiper.layers.registry import register
 
 
@@ -46,28 +42,3 @@ class Linear(Layer):
         if self.bias is not None:
             out += self.bias
 
-    # ---- OpenCL ---------------------------------------------------------------------------------------
-    #: the fused steps the GEMM applies as it stores the output (a KernelEpilogue, set by FusedLayer)
-    cl_epilogue = NO_EPILOGUE
-
-    #: a fused activation or residual sum runs in the GEMM's store (kuiper/runtime/fusion.py)
-    takes_opencl_epilogue = True
-
-    def build_opencl(self, rt):
-        self.gemm = Gemm(rt, epilogue=self.cl_epilogue)
-        self.cl_weight_t = ConstantB(rt, self.weight_t)  # on CPUs in panels, one product each, where they divide
-        self.variants = self.gemm.choices(self.gemm_dims)
-        self.cl_bias = None if self.bias is None else rt.upload(self.bias)
-
-    def forward_opencl(self, q, inputs, outputs):
-        y = outputs[0]
-        if not y.size:  # OpenCL refuses an empty range
-            return
-        self.gemm(q, y.size // self.out_features, a=Matrix(inputs[0].buffer, self.in_features),
-                  **self.cl_weight_t.operands(Matrix(y.buffer, self.out_features)),
-                  bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
-                  epilogue=self.cl_epilogue.args(inputs, y), variant=self.variants.pick((inputs[0].shape,)))
-
-    def gemm_dims(self, shapes) -> tuple:
-        """(m, n, stack) of the GEMMs for these input shapes: every leading axis folds into the rows."""
-        return self.cl_weight_t.dims(math.prod(shapes[0][:-1]))

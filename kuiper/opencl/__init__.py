@@ -12,8 +12,8 @@ __all__ = [
 ]
 
 # the OpenCL layers, registered by PNNX type (registry.py): imported last, since they build on the runtime
-from kuiper.opencl import activations, copy_chain, fused  # noqa: E402,F401
 from kuiper.opencl import (  # noqa: E402,F401
-    adaptive_pool, cat, expand, pad, permute, pooling, reshape, roll, shuffle, slice, split, stack, transpose, upsample,
+    activations, adaptive_pool, aten, attention, attribute, batchnorm2d, cat, conv2d, conv_transpose2d, copy_chain,
+    expand, expression, fused, layer_norm, linear, matmul, multihead_attention, pad, permute, pooling, reduce,
+    reshape, roll, shuffle, slice, softmax, split, stack, transpose, upsample,
 )
-from kuiper.opencl import aten, attention, attribute, expression, matmul, multihead_attention, reduce  # noqa: E402,F401

@@ -23,9 +23,9 @@ def statistics(rng, c, affine):
     return {k: v.astype(np.float32) for k, v in stats.items()}
 
 
-def make_bn(attrs, c=5, eps=1e-5, affine=True, input_shape=(1, 5, 1, 1)):
-    return make_layer("nn.BatchNorm2d", params=dict(num_features=c, eps=eps, affine=affine), attrs=attrs,
-                      input_shapes=[input_shape])
+def make_bn(attrs, c=5, eps=1e-5, affine=True, input_shape=(1, 5, 1, 1), backend="reference"):
+    return make_layer("nn.BatchNorm2d", backend=backend, params=dict(num_features=c, eps=eps, affine=affine),
+                      attrs=attrs, input_shapes=[input_shape])
 
 
 @pytest.mark.parametrize("shape", [(1, 5, 7, 5), (3, 5, 1, 1), (2, 5, 9, 11)])

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import assert_every_variant_matches_numpy
 from kuiper.errors import BackendError
-from kuiper.layers.batchnorm2d import TILE, rule
+from kuiper.opencl.batchnorm2d import TILE, rule
 from test_batchnorm2d import make_bn, statistics
 
 RNG = np.random.default_rng(13)
@@ -31,7 +31,7 @@ def test_the_rule_picks_by_plane_size_and_device():
 
 
 def test_a_layer_alone_runs_the_rules_variant_and_rejects_unknown_ones(cl_runtime):
-    layer = make_bn(statistics(RNG, 5, True), input_shape=(1, 5, 2, 2))
+    layer = make_bn(statistics(RNG, 5, True), input_shape=(1, 5, 2, 2), backend="opencl")
     x = RNG.standard_normal((1, 5, 2, 2)).astype(np.float32)
     layer.run_opencl(cl_runtime, x)
     assert layer.variants.chosen == {((1, 5, 2, 2),): rule((1, 5, 2, 2), cl_runtime.is_cpu)}

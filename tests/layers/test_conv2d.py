@@ -38,15 +38,15 @@ def conv2d_reference(x, weight, bias, stride, pads, dilation, groups):
 
 
 def make_conv(rng, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-              bias=True, input_shape=(1, 1, 1, 1), **extra):
-    """A Conv2d layer with random weights; returns (layer, weight, bias)."""
+              bias=True, input_shape=(1, 1, 1, 1), backend="reference", **extra):
+    """A Conv2d layer of `backend` with random weights; returns (layer, weight, bias)."""
     kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
     weight = rng.standard_normal((out_channels, in_channels // groups, kh, kw)).astype(np.float32)
     b = rng.standard_normal(out_channels).astype(np.float32) if bias else None
     params = dict(in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size, stride=stride,
                   padding=padding, dilation=dilation, groups=groups, bias=bias, padding_mode="zeros", **extra)
     attrs = {"weight": weight} if b is None else {"weight": weight, "bias": b}
-    return make_layer("nn.Conv2d", params=params, attrs=attrs, input_shapes=[input_shape]), weight, b
+    return make_layer("nn.Conv2d", backend=backend, params=params, attrs=attrs, input_shapes=[input_shape]), weight, b
 
 
 def pair(v):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper
-import kuiper.layers.conv2d
+import kuiper.opencl.conv2d
 import kuiper.opencl.gemm
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy, write_model
 from kuiper.opencl import spec_of
@@ -41,7 +41,7 @@ def test_larger_convolutions_opencl(cl_runtime, case):
 def test_im2col_in_rows_and_in_pixels_opencl(cl_runtime, monkeypatch, width):
     """On CPUs im2col gives a work-item a whole output row or one pixel, by the output's width: each way on
     every case, and on a tall image whose pixels' rows im2col_pixels finds by float arithmetic."""
-    monkeypatch.setattr(kuiper.layers.conv2d, "IM2COL_ROW_WIDTH", width)
+    monkeypatch.setattr(kuiper.opencl.conv2d, "IM2COL_ROW_WIDTH", width)
     for case in CASES.values():
         check(case, cl_runtime)
     check(dict(in_channels=2, out_channels=3, kernel_size=3, padding=1, input_shape=(1, 2, 3001, 21)), cl_runtime)
@@ -159,42 +159,46 @@ def test_every_taps_variant_opencl(cl_runtime, name):
 def test_the_rule_takes_taps_where_windows_overlap_on_cpus(cl_runtime, monkeypatch):
     monkeypatch.setattr(cl_runtime, "is_cpu", True)
     case = dict(TAPS_CASES["7x7 stride2 pad3"])
-    layer, _, _ = make_conv(RNG, **case)
+    layer, _, _ = make_conv(RNG, **case, backend="opencl")
     layer.build_opencl(cl_runtime)
     widest = layer.gemm.cpu_blocks[0][0]
     # output rows of 128 (whole blocks of 32), 112 (7 of 16, not 4 of 32); rows of 35 on the padded grid of a
     # phase plane, 5 rows 38 apart: 187 columns, 6 blocks of 32 or 12 of 16
-    for width, expected in [(2 * kuiper.layers.conv2d.TAPS_MIN_ROW, f"cpu 6x{widest} taps"),
+    for width, expected in [(2 * kuiper.opencl.conv2d.TAPS_MIN_ROW, f"cpu 6x{widest} taps"),
                             (224, "cpu 6x16 taps"), (70, f"cpu 6x{widest} taps")]:
         assert layer.variants.rule(((1, 3, 9, width),)) == expected
     # a 3x3 stride-2 layer at 56x56: a grid of 811 columns, 26 blocks of 32 (832) rather than 51 of 16 (816)
-    strided, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, stride=2, padding=1)
+    strided, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, stride=2, padding=1,
+                              backend="opencl")
     strided.build_opencl(cl_runtime)
     assert strided.gemm_dims([(1, 4, 56, 56)])[3] == 811
     assert strided.variants.rule(((1, 4, 56, 56),)) == f"cpu 6x{widest} taps"
     # at stride 1 too: the padded grid of a 7x7 output, 61 columns (2 blocks of 32 or 4 of 16)
-    grid, _, _ = make_conv(RNG, **TAPS_CASES["3x3 at 7x7"])
+    grid, _, _ = make_conv(RNG, **TAPS_CASES["3x3 at 7x7"], backend="opencl")
     grid.build_opencl(cl_runtime)
     assert grid.variants.rule(((2, 16, 7, 7),)) == f"cpu 6x{widest} taps"
     # windows that do not overlap: the column matrix is no bigger than the input, so im2col
-    patches, _, _ = make_conv(RNG, in_channels=3, out_channels=8, kernel_size=4, stride=4)
+    patches, _, _ = make_conv(RNG, in_channels=3, out_channels=8, kernel_size=4, stride=4, backend="opencl")
     patches.build_opencl(cl_runtime)
     assert patches.variants.rule(((1, 3, 224, 224),)) == f"cpu 6x{widest}"
 
 
 def test_no_taps_variant_where_offsets_would_pass_32_bits_windows_do_not_overlap_or_the_grid_is_mostly_padding():
     # the taps table holds 32-bit offsets into one group's padded input: 256 channels of 3000 x 3000 pass 2^31
-    layer, _, _ = make_conv(RNG, **TAPS_CASES["7x7 stride2 pad3"])
+    layer, _, _ = make_conv(RNG, **TAPS_CASES["7x7 stride2 pad3"], backend="opencl")
     assert layer.gemm_dims([(1, 3, 9, 70)])[3] == 4 * 38 + 35  # the grid: 5 rows of 35 outputs, 38 apart
-    wide, _, _ = make_conv(RNG, in_channels=256, out_channels=8, kernel_size=3, padding=1)
+    wide, _, _ = make_conv(RNG, in_channels=256, out_channels=8, kernel_size=3, padding=1, backend="opencl")
     assert wide.gemm_dims([(1, 256, 3000, 3000)])[3] == 0
     # the padded grid of DeepLab's atrous 3x3 at dilation 12 on 14x14: 508 columns for 196 pixels; at dilation 2, 250
-    atrous, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, padding=12, dilation=12)
+    atrous, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, padding=12, dilation=12,
+                             backend="opencl")
     assert atrous.gemm_dims([(1, 4, 14, 14)])[3] == 0
-    atrous, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, padding=2, dilation=2)
+    atrous, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, padding=2, dilation=2,
+                             backend="opencl")
     assert atrous.gemm_dims([(1, 4, 14, 14)])[3] == 13 * 18 + 14
     for kernel_size, stride in [(1, 1), (1, 2), (16, 16)]:  # the input is the GEMM's B already; subsampled; ViT's
-        patches, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=kernel_size, stride=stride)
+        patches, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=kernel_size, stride=stride,
+                                  backend="opencl")
         assert patches.gemm_dims([(1, 4, 32, 200)])[3] == 0
 
 

@@ -63,7 +63,7 @@ def test_winograd_in_chunks_of_tile_rows_matches_numpy(cl_runtime, monkeypatch, 
 def test_winograd_is_offered_only_for_3x3_stride1_convolutions(cl_runtime, other):
     case = dict(in_channels=4, out_channels=4, kernel_size=3, padding=2, input_shape=(1, 4, 9, 9))
     for options, offered in ((case, True), ({**case, **other}, False)):
-        layer, _, _ = make_conv(RNG, **options)
+        layer, _, _ = make_conv(RNG, **options, backend="opencl")
         layer.build_opencl(cl_runtime)
         candidates = layer.variants.candidates((options["input_shape"],))
         assert all((name in candidates) == offered for name in winograd_variants(cl_runtime))

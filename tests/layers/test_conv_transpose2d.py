@@ -38,14 +38,15 @@ def pair(v):
 
 
 def make_deconv(rng, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, dilation=1,
-                groups=1, bias=True, input_shape=(1, 1, 1, 1)):
-    """A ConvTranspose2d layer with random weights; returns (layer, weight, bias)."""
+                groups=1, bias=True, input_shape=(1, 1, 1, 1), backend="reference"):
+    """A ConvTranspose2d layer of `backend` with random weights; returns (layer, weight, bias)."""
     weight = rng.standard_normal((in_channels, out_channels // groups, *pair(kernel_size))).astype(np.float32)
     b = rng.standard_normal(out_channels).astype(np.float32) if bias else None
     params = dict(in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size, stride=stride,
                   padding=padding, output_padding=output_padding, dilation=dilation, groups=groups, bias=bias)
     attrs = {"weight": weight} if b is None else {"weight": weight, "bias": b}
-    return make_layer("nn.ConvTranspose2d", params=params, attrs=attrs, input_shapes=[input_shape]), weight, b
+    return (make_layer("nn.ConvTranspose2d", backend=backend, params=params, attrs=attrs, input_shapes=[input_shape]),
+            weight, b)
 
 
 def reference_for(case, x, weight, bias):

@@ -42,7 +42,7 @@ def test_kernels_keep_their_order_on_the_out_of_order_queue(cl_runtime, monkeypa
     """On the levels schedule a layer's kernels share an out-of-order queue and wait only for the layer's
     producers: each chunk's col2im must still follow its GEMM, and the next GEMM that col2im (Enqueuer chains them)."""
     monkeypatch.setattr(kuiper.opencl.gemm, "COLUMN_BYTES", 3000)  # one item per chunk
-    layer, _, _ = make_deconv(RNG, **CASES["stride2 pad1 outpad1 groups2"])
+    layer, _, _ = make_deconv(RNG, **CASES["stride2 pad1 outpad1 groups2"], backend="opencl")
     x = RNG.standard_normal(CASES["stride2 pad1 outpad1 groups2"]["input_shape"]).astype(np.float32)
     expected = layer.run_numpy(x)[0]
     layer.build_opencl(cl_runtime)

@@ -15,12 +15,12 @@ def linear_reference(x, weight, bias):
     return out if bias is None else out + bias
 
 
-def make_linear(rng, in_features, out_features, bias=True, input_shape=(1, 1)):
+def make_linear(rng, in_features, out_features, bias=True, input_shape=(1, 1), backend="reference"):
     weight = rng.standard_normal((out_features, in_features)).astype(np.float32)
     b = rng.standard_normal(out_features).astype(np.float32) if bias else None
     attrs = {"weight": weight} if b is None else {"weight": weight, "bias": b}
     params = dict(in_features=in_features, out_features=out_features, bias=bias)
-    return make_layer("nn.Linear", params=params, attrs=attrs, input_shapes=[input_shape]), weight, b
+    return make_layer("nn.Linear", backend=backend, params=params, attrs=attrs, input_shapes=[input_shape]), weight, b
 
 
 @pytest.mark.parametrize("shape", [(7,), (1, 7), (3, 7), (3, 5, 7), (2, 3, 1, 7)])

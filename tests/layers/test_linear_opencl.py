@@ -27,7 +27,7 @@ def test_linear_opencl_matches_numpy(cl_runtime, in_features, out_features, shap
 
 
 def test_every_gemm_variant_opencl(cl_runtime):
-    layer, _, _ = make_linear(RNG, 33, 70, True, input_shape=(2, 13, 33))
+    layer, _, _ = make_linear(RNG, 33, 70, True, input_shape=(2, 13, 33), backend="opencl")
     x = RNG.standard_normal((2, 13, 33), dtype=np.float32)
     names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
     assert len(names) == len(layer.gemm.candidates(70)) > 4
@@ -36,7 +36,7 @@ def test_every_gemm_variant_opencl(cl_runtime):
 def test_weights_in_panels_on_cpus(cl_runtime):
     """Where the output features are a multiple of PANEL, a CPU device multiplies each panel of the weights as a
     product of its own, by every variant there is; other devices and widths keep one product."""
-    layer, _, _ = make_linear(RNG, 40, 3 * PANEL, True, input_shape=(2, 7, 40))
+    layer, _, _ = make_linear(RNG, 40, 3 * PANEL, True, input_shape=(2, 7, 40), backend="opencl")
     x = RNG.standard_normal((2, 7, 40), dtype=np.float32)
     names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
     assert layer.cl_weight_t.panels == (3 if cl_runtime.is_cpu else 0)

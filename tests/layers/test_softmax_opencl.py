@@ -16,7 +16,7 @@ RNG = np.random.default_rng(9)
 
 
 def softmax(dim, shape):
-    return make_layer("nn.Softmax", params={"dim": dim}, input_shapes=[shape])
+    return make_layer("nn.Softmax", backend="opencl", params={"dim": dim}, input_shapes=[shape])
 
 
 def logits(*shape):

@@ -8,9 +8,8 @@ import pyopencl as cl
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from kuiper.layers import conv2d
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
-from kuiper.opencl import DeviceTensor, Enqueuer
+from kuiper.opencl import DeviceTensor, Enqueuer, conv2d
 from kuiper.runtime.backends import make_layer
 from lesson_tools import check_shell_commands
 
@@ -106,7 +105,7 @@ CONVS = {
 def conv_on_device(rt, case):
     (cin, cout, k, stride, padding, dilation, groups), _, shape = case
     w, b, x = normal(cout, cin // groups, k, k), normal(cout), normal(*shape)
-    layer = make_layer("nn.Conv2d", input_shapes=(shape,), attrs=dict(weight=w, bias=b), params=dict(
+    layer = make_layer("nn.Conv2d", backend="opencl", input_shapes=(shape,), attrs=dict(weight=w, bias=b), params=dict(
         in_channels=cin, out_channels=cout, kernel_size=[k, k], stride=[stride, stride], padding=[padding, padding],
         dilation=[dilation, dilation], groups=groups, bias=True))
     layer.build_opencl(rt)

@@ -10,7 +10,7 @@ import pytest
 import kuiper
 from conftest import assert_every_variant_matches_numpy
 from kuiper import KuiperWarning
-from kuiper.layers.batchnorm2d import TILE, rule
+from kuiper.opencl.batchnorm2d import TILE, rule
 from kuiper.opencl import tuning as variants
 from kuiper.runtime.backends import make_layer
 from lesson_tools import MODELS, check_shell_commands
@@ -22,13 +22,13 @@ RECORDED = (2, 3, 15, 17)  # conv_zoo's input, and so its BatchNorm's
 
 
 def batchnorm(shape):
-    """A BatchNorm2d layer on random statistics, and its unfolded formula in float64 as a function."""
+    """An OpenCL BatchNorm2d layer on random statistics, and its unfolded formula in float64 as a function."""
     c = shape[1]
     stats = {"running_mean": RNG.standard_normal(c), "running_var": RNG.uniform(0.5, 2.0, c),
              "weight": RNG.standard_normal(c), "bias": RNG.standard_normal(c)}
     stats = {k: v.astype(np.float32) for k, v in stats.items()}
-    layer = make_layer("nn.BatchNorm2d", params=dict(num_features=c, eps=1e-5, affine=True), attrs=stats,
-                       input_shapes=[shape])
+    layer = make_layer("nn.BatchNorm2d", backend="opencl", params=dict(num_features=c, eps=1e-5, affine=True),
+                       attrs=stats, input_shapes=[shape])
 
     def reference(x):
         per_channel = {k: v.astype(np.float64).reshape(-1, 1, 1) for k, v in stats.items()}

@@ -15,7 +15,7 @@ import pytest
 import kuiper
 from conftest import ROOT
 from kuiper import BackendError, KuiperWarning
-from kuiper.layers.batchnorm2d import rule
+from kuiper.opencl.batchnorm2d import rule
 from kuiper.opencl import tuning as variants
 from kuiper.opencl.tuning import TuningCache, cache_key, default_cache_path
 from kuiper.opencl.devices import spec_of
