@@ -20,22 +20,21 @@ from kuiper.variants import Variant, Variants
 #: speed, while a 224x224 plane still splits into 49 work-items, enough for every core of a CPU
 TILE = 1024
 #: "plane" rounds each plane up to a row of this many work-items (see forward); planes smaller than that leave
-#: part of the row idle, which on the H100 still cost no more than "channel" did
+#: part of the row idle, which on a GPU still costs no more than "channel" does
 ROW = 16
 
 
 def rule(shape: tuple, is_cpu: bool) -> str:
-    """The variant for an (N, C, H, W) input on a CPU or another device (measured with benchmarks/batchnorm.py
-    on PoCL with 2 cores and on an H100):
+    """The variant for an (N, C, H, W) input on a CPU or another device (benchmarks/batchnorm.py measures them;
+    docs/tuning.md has the figures):
 
     * on CPUs, many small planes (C > H * W) go to "channel": the planes alone give enough work-items, each a
       short loop; everything else goes to "tiled": PoCL runs a work-item's own loop over contiguous pixels at
       SIMD speed, and one pixel per work-item ("plane") 4-15x slower (its bounds check keeps PoCL from
       vectorizing across work-items);
     * on GPUs everything goes to "plane": neighbouring work-items read neighbouring pixels, which the GPU
-      merges into wide loads. On the H100 it was the fastest or within noise of it on every shape measured,
-      small planes included (a work-item per plane or tile reads memory with a stride: 5-90x slower on
-      large planes).
+      merges into wide loads, small planes included (a work-item per plane or tile reads memory with a stride,
+      which is several times slower on large planes).
     """
     _, c, h, w = shape
     if not is_cpu:

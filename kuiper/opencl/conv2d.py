@@ -39,16 +39,14 @@ from kuiper.opencl.winograd import WinogradConv, applies as winograd_applies
 #: rather than a stack of GEMMs of that thin a K
 GROUPED_DIRECT_CHANNELS = 64
 #: ... each work-item computing the first of these many of a group's output channels that divides it: they share
-#: every load of the input (ResNeXt-like 3x3, 28x28, 32 groups, PoCL on Zen 4, ms, GEMMs / 1 / 4 / 8 a work-item:
-#: 4 channels a group 0.81/0.30/0.13/-, 8: 0.87/1.44/0.36/0.40, 16: 4.5/5.3/2.5/1.8, 32: 13.5/15.4/9.6/4.3)
+#: every load of the input (docs/tuning.md has the measurement)
 GROUPED_BLOCKS = (8, 4)
 #: on CPUs, im2col gives each work-item a whole output row from this width on, else one pixel (im2col_pixels,
-#: launched in whole spans of IM2COL_PIXEL_SPAN): cl/conv.cl has the crossover, 20 to 24 pixels on PoCL, Zen 4
+#: launched in whole spans of IM2COL_PIXEL_SPAN): the crossover of the two (docs/tuning.md)
 IM2COL_ROW_WIDTH = 24
 IM2COL_PIXEL_SPAN = 16
 #: the taps variants' blocks run along output rows from this width on, below it along the padded grid
-#: (Conv2d.on_grid). Either way did as well at ResNet-18's stem (112) and a 3x3 stride-2 layer at 147x147
-#: (73), within this VM's noise (Intel's runtime, 2 threads of a Zen 4)
+#: (Conv2d.on_grid): short rows leave a row's blocks mostly empty, while on wide rows both ways do as well
 TAPS_MIN_ROW = 64
 #: ... and along the grid only where it has at most this many columns per output pixel: the padding's columns
 #: are computed too, and DeepLab-v3's 3x3 at dilation 12 on a 14x14 map (padding 12) makes a grid of 508 columns

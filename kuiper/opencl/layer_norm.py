@@ -23,7 +23,6 @@ class OpenCLNormalization(OpenCLLayer):
     affine inputs of the functional forms read from the graph's tensors."""
 
     def build_opencl(self, rt):
-
         self.cl_rows = RowGroups(rt, "norm.cl", "norm_rows", shortest=1)
         self.cl_affine = {key: rt.upload(source) for key, source in self.affine.items() if not isinstance(source, int)}
 

@@ -75,7 +75,7 @@ class Reduce(OpenCLLayer):
 
     def build_opencl(self, rt):
         self.cl_lines = rt.kernel("reduce.cl", "reduce_lines", self.cl_options)
-        # sums of rows shorter than 64 ran as fast or faster one per work-item (H100)
+        # on GPUs a row shorter than 64 is summed as fast by one work-item as by a group
         self.cl_rows = RowGroups(rt, "reduce.cl", "reduce_rows", 64, self.cl_options) \
             if self.cl_row_groups and not rt.is_cpu else None
 

@@ -23,11 +23,9 @@ from kuiper.opencl.runtime import round_up
 @opencl("nn.Softmax", "F.softmax")
 class Softmax(OpenCLLayer, softmax.Softmax):
     def build_opencl(self, rt):
-
         self.cl_lines = rt.kernel("softmax.cl", "softmax_lines")
-        # softmax reads a row three times: from 32 on, a group's unit-stride reads won by 2x and more (H100).
-        # On a CPU a row alone in float8 steps: 0.14 ms for MaxViT-T's (64, 2, 49, 49) scores, against 1.0 with a
-        # work-item per line (Debian PoCL, Zen 4)
+        # softmax reads a row three times: on a GPU, rows of 32 and more in a group's unit-stride reads; on a CPU
+        # a row alone, in float8 steps, rather than a work-item per line (docs/tuning.md)
         self.cl_rows = RowGroups(rt, "softmax.cl", "softmax_rows", shortest=1 if rt.is_cpu else 32)
 
     def forward_opencl(self, q, inputs, outputs):

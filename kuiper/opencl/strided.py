@@ -27,8 +27,8 @@ MAX_RANK = 6
 #: rows where those are longer: a work-item copies a row, and rows of a few elements cost little but the
 #: finding of them (see StridedCopy.rows_first)
 SHORT_ROW = 16
-#: on CPUs, the work-groups of cl/copy.cl's rows: (1, ROW_GROUP) rows. Left to choose, Intel's runtime made a
-#: work-group of each row of a (64, 2, 49, 32) permute, 0.13 ms against 0.03 ms (2 threads of a Zen 4)
+#: on CPUs, the work-groups of cl/copy.cl's rows: (1, ROW_GROUP) rows. Left to choose, Intel's runtime makes a
+#: work-group of each row and pays for every group it starts
 ROW_GROUP = 32
 #: kernels that move bits (cl/copy.cl, cl/pad.cl) take an unsigned integer as wide as the element: one
 #: program serves every dtype of that size
