@@ -33,7 +33,7 @@ def main() -> None:
     import numpy as np
 
     import kuiper
-    from kuiper.variants import shape_key
+    from kuiper.core.variants import shape_key
 
     graph = kuiper.load(ROOT / "models" / "resnet18" / "resnet18.pnnx.param")
     plan = graph.plan_for((args.batch, 3, 224, 224))

@@ -47,7 +47,7 @@ def machine() -> str:
     import os
 
     from kuiper.cpu.blas import AVX512
-    from kuiper.cpuinfo import cpu_flags
+    from kuiper.core.cpuinfo import cpu_flags
 
     fields = {}
     try:

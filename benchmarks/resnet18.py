@@ -69,7 +69,7 @@ def main() -> None:
 
     x, reference = batch_case(np, args.batch)
     engines = [make_engine(name, args, x) for name in args.engines.split(",")]
-    from kuiper.references import TOLERANCES
+    from kuiper.app.references import TOLERANCES
 
     rtol = TOLERANCES[args.precision]  # half storage is held to a hundredth of the largest logit
     tolerance = rtol * max(1.0, float(np.abs(reference).max()))

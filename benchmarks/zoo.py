@@ -7,7 +7,7 @@ OpenCL, and timed beside torch eager and onnxruntime.
 
 Needs the `export` extra (torch, torchvision, pnnx) and, for that engine, onnxruntime and onnx. Models have
 random weights (nothing is downloaded), made to show errors: BatchNorm statistics, LayerNorm affine values and
-layer scales get random values (kuiper.export.randomize). Each is exported once into --cache (default
+layer scales get random values (kuiper.app.export.randomize). Each is exported once into --cache (default
 ~/.cache/kuiper/zoo) at batch 1, with a seeded input, PyTorch's output, its weights for torch and an ONNX copy.
 
 Every engine on every model then runs in a fresh process of its own, all of them in turn, --rounds times
@@ -84,8 +84,8 @@ def export(name: str, cache: Path, onnx: bool) -> dict:
         return {}
     import torch
 
-    from kuiper import export as kx
-    from kuiper.errors import KuiperError
+    from kuiper.app import export as kx
+    from kuiper.core.errors import KuiperError
 
     def said(e):
         return (str(e).splitlines() or [type(e).__name__])[0]
@@ -113,7 +113,7 @@ def model(name: str):
     """The torch module, with the random values that show errors (the same every time)."""
     import torch
 
-    from kuiper import export as kx
+    from kuiper.app import export as kx
 
     torch.manual_seed(0)
     module = kx.build_module(f"torchvision:{name}")

@@ -19,7 +19,7 @@ def f23():
 
 def winograd_conv3x3(x, w, f):
     """A 3x3 convolution at stride 1 with padding 1 of one image `x` (C, H, W) by `w` (Cout, C, 3, 3), computed
-    with the Winograd matrices of `f` (kuiper.winograd.F2 or F4: f.m outputs per tile side, f.a = f.m + 2,
+    with the Winograd matrices of `f` (kuiper.core.winograd.F2 or F4: f.m outputs per tile side, f.a = f.m + 2,
     f.bt, f.g, f.at): the kernel transformed once, U = G g Gᵀ; every a x a tile of the padded input (tiles m
     apart, the last ones hanging over the edge into zeros) transformed, V = Bᵀ d B; the sum over input
     channels of U ⊙ V taken in the transformed domain; Aᵀ (...) A gives each m x m block of the output,

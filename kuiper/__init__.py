@@ -1,6 +1,6 @@
 """kuiper: a PNNX inference engine on numpy and OpenCL, written to be read."""
 
-from kuiper.errors import (
+from kuiper.core.errors import (
     BackendError,
     ConfigError,
     CustomOpError,
@@ -18,7 +18,7 @@ from kuiper.errors import (
     UnsupportedOperatorError,
 )
 from kuiper import pnnx
-from kuiper.tensor import Tensor
+from kuiper.core.tensor import Tensor
 from kuiper import layers  # noqa: F401  (registers every layer)
 from kuiper.runtime import GraphState, RuntimeGraph, load
 from kuiper import cpu  # noqa: F401  (registers the fast CPU layers)

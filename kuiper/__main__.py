@@ -1,5 +1,5 @@
 import sys
 
-from kuiper.cli import main
+from kuiper.app.cli import main
 
 sys.exit(main())

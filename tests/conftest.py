@@ -192,7 +192,7 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
     from kuiper.opencl import get_runtime
     from kuiper.opencl.registry import opencl_class
     from kuiper.runtime.backends import make_layer
-    from kuiper.variants import shape_key
+    from kuiper.core.variants import shape_key
 
     options = {"input_shapes": [np.shape(x) for x in inputs], **layer_options}
     reference = make_layer(type, **options)

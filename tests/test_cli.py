@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper import cli, inspection, shipped
-from kuiper.cli import CliError, main
+from kuiper.app import cli, inspection
+from kuiper.app.cli import run as cli_run
+from kuiper.core import shipped
+from kuiper.app.cli import CliError, main
 from kuiper.runtime.graph import RuntimeGraph
 from kuiper.runtime.executor import NumpyExecutor
 
@@ -196,7 +198,7 @@ def test_the_default_model_is_the_package_data_without_a_source_checkout(tmp_pat
 # ---- images, labels, several inputs, folders -----------------------------------------------------------
 from PIL import Image  # noqa: E402  (the dev extra has Pillow; the image tests below need it)
 
-from kuiper import labels  # noqa: E402
+from kuiper.app import labels  # noqa: E402
 
 TWO = model_paths("expr_two_inputs")[0]
 
@@ -220,7 +222,7 @@ def test_an_image_run_names_the_classes_and_says_the_weights_are_random(tmp_path
     status, out, _ = run(["run", "--input", str(image), "--topk", "3"], capsys)
     best = topk["indices"][0][0]
     assert status == 0 and f"item 0 top-3: {best} {names[best]} (" in out
-    assert cli.RANDOM_WEIGHTS_NOTE in out.replace("\n", "")
+    assert cli_run.RANDOM_WEIGHTS_NOTE in out.replace("\n", "")
     # the same model on its saved array input: no image, so no note
     status, out, _ = run(["run"], capsys)
     assert status == 0 and "random" not in out and "matches the saved PyTorch output" in out
@@ -295,7 +297,7 @@ def test_a_folder_runs_in_batches_and_writes_csv_and_jsonl(folder, tmp_path, cap
                             "--out", str(tmp_path / "rows.csv")], capsys)
     assert status == 0
     assert one_line(err).startswith(f"kuiper: warning: skipped {folder / 'broken.png'}: cannot read it as an image")
-    assert "5 image(s)" in out and "1 skipped" in out and cli.RANDOM_WEIGHTS_NOTE in out.replace("\n", "")
+    assert "5 image(s)" in out and "1 skipped" in out and cli_run.RANDOM_WEIGHTS_NOTE in out.replace("\n", "")
     import csv
 
     with open(tmp_path / "rows.csv", newline="") as f:
@@ -380,7 +382,7 @@ def test_a_fixed_input_side_scales_the_preparation():
 
     op = SimpleNamespace(output_operand=SimpleNamespace(shape=(1, 3, 299, 299)))
     args = SimpleNamespace(resize=None, crop=None, mean=None, std="0.5")
-    pre = cli._preparation(op, args)
+    pre = cli_run._preparation(op, args)
     assert (pre.resize, pre.crop, pre.std) == (342, 299, (0.5, 0.5, 0.5))
 
 
@@ -395,6 +397,6 @@ def test_export_without_torch_says_what_to_install(capsys, monkeypatch):
 def test_importing_kuiper_does_not_import_torch():
     import subprocess
 
-    code = "import sys, kuiper, kuiper.cli, kuiper.export; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, kuiper, kuiper.app.cli, kuiper.app.export; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""`kuiper export` and kuiper/export.py: a model file of your own and a torchvision model to PNNX, checked against
+"""`kuiper export` and kuiper/app/export.py: a model file of your own and a torchvision model to PNNX, checked against
 PyTorch; what goes wrong says so in one line. Needs torch and pnnx (the `export` extra): skipped without them."""
 
 import json
@@ -13,10 +13,10 @@ pnnx = pytest.importorskip("pnnx")
 if not hasattr(pnnx, "export"):  # tests/pnnx/ on sys.path, not the exporter
     pytest.skip("pnnx is not installed", allow_module_level=True)
 
-from kuiper import export as exporting  # noqa: E402
-from kuiper import labels  # noqa: E402
-from kuiper.cli import RANDOM_WEIGHTS_NOTE  # noqa: E402
-from kuiper.errors import ExportError  # noqa: E402
+from kuiper.app import export as exporting  # noqa: E402
+from kuiper.app import labels  # noqa: E402
+from kuiper.app.cli import RANDOM_WEIGHTS_NOTE  # noqa: E402
+from kuiper.core.errors import ExportError  # noqa: E402
 from test_cli import one_line, run  # noqa: E402  (the command line's helpers: kuiper ARGV in this process)
 
 MODEL_FILE = textwrap.dedent('''
@@ -179,10 +179,10 @@ def test_pnnx_failing_raises_with_its_last_line_and_keeps_its_log(model_file, tm
 
 
 def test_the_image_preparation_is_torchvisions(tmp_path):
-    """kuiper/images.py against torchvision's own ImageNet evaluation transform, on an image to shrink."""
+    """kuiper/app/images.py against torchvision's own ImageNet evaluation transform, on an image to shrink."""
     from PIL import Image
 
-    from kuiper.images import load_image
+    from kuiper.app.images import load_image
 
     transforms = exporting.import_torchvision().transforms
     pixels = np.random.default_rng(3).integers(0, 256, (333, 517, 3), dtype=np.uint8)

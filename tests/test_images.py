@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from kuiper import labels
-from kuiper.errors import ConfigError, ImageError
-from kuiper.images import IMAGENET_MEAN, IMAGENET_STD, Preprocess, find_images, load_image
+from kuiper.app import labels
+from kuiper.core.errors import ConfigError, ImageError
+from kuiper.app.images import IMAGENET_MEAN, IMAGENET_STD, Preprocess, find_images, load_image
 
 Image = pytest.importorskip("PIL.Image")
 

@@ -5,7 +5,7 @@
 Needs torch, torchvision and pnnx (the `export` extra). On the project's machines `pip install torch==2.13.0
 pnnx` takes the CPU build of torch; torchvision 0.29.2 asks for torch 2.15, whose only build there is the CUDA
 one, so the committed files were made with torch 2.13.0+cpu, torchvision 0.29.2 installed with --no-deps,
-and pnnx 20261020 (kuiper.export.import_torchvision makes that torchvision importable without CUDA).
+and pnnx 20261020 (kuiper.app.export.import_torchvision makes that torchvision importable without CUDA).
 
 Every model is torch code defined here, or one of torchvision's classes built small (the transformers),
 built from a fixed seed and exported in eval mode; its weights are random (the manifest says `"random_weights": true`). For each model the tool writes into OUT/NAME/:
@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kuiper.export import randomize, run_pnnx  # shared with `kuiper export`
+from kuiper.app.export import randomize, run_pnnx  # shared with `kuiper export`
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS_LIMIT = 100 * 1024  # bytes per weights.npz: reference values, not a second copy of the model
@@ -367,12 +367,12 @@ class CustomScale(nn.Module):
 
 # ---------------------------------------------------------------------------------------------
 # Transformers and the newer CNNs: torchvision's own classes, built small, so that pnnx writes the graphs
-# the real models give (LayerNorm, MultiheadAttention, roll, slice, ...). kuiper.export.randomize gives
+# the real models give (LayerNorm, MultiheadAttention, roll, slice, ...). kuiper.app.export.randomize gives
 # their norms, layer scales and zero-initialised heads values that show errors.
 
 
 def torchvision_models():
-    from kuiper.export import import_torchvision
+    from kuiper.app.export import import_torchvision
 
     return import_torchvision().models
 

@@ -19,8 +19,8 @@ import sys
 import warnings
 from functools import lru_cache
 
-from kuiper.cpuinfo import cpu_flags
-from kuiper.errors import KuiperWarning
+from kuiper.core.cpuinfo import cpu_flags
+from kuiper.core.errors import KuiperWarning
 
 #: the CPU features OpenBLAS's SkylakeX kernels use
 AVX512 = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})

@@ -2,7 +2,7 @@
 
     pointwise       1x1 kernels at stride 1 without padding: the input already is the column matrix, no copy
     im2col          any convolution: the column matrix over bands of output rows, in buffers kept between forwards
-    winograd_f4     3x3 kernels at stride 1, ungrouped and undilated: Winograd's F(4x4, 3x3) (kuiper/winograd.py)
+    winograd_f4     3x3 kernels at stride 1, ungrouped and undilated: Winograd's F(4x4, 3x3) (kuiper/core/winograd.py)
     winograd_f2     the same with F(2x2, 3x3)
     depthwise_nchw  one input channel per group (depthwise): the kh*kw taps summed by einsum, channel by channel
     depthwise_hcw   the same over rows that hold every channel side by side (kuiper/cpu/depthwise.py)
@@ -21,7 +21,7 @@ Winograd does (a/m)^2 / 9 of im2col's multiplies, but with numpy its transforms 
 GEMMs, so it gains far less than the 4x (F(4x4)) and 2.25x (F(2x2)) its multiplies promise. Images with
 too few tiles to pay for reading the larger transformed weights stay on im2col (see WINOGRAD_MIN_TILES).
 The rule (`Conv2d._rule`) picks a variant per input shape; the graph fixes the choice when it plans a shape
-(kuiper/variants.py), which makes Winograd's transformed weights then, not in a forward.
+(kuiper/core/variants.py), which makes Winograd's transformed weights then, not in a forward.
 
 kuiper's threads (kuiper/cpu/threads.py) share each convolution: bands of output rows when the image is big
 enough for every thread to get a band worth a GEMM (and, for Winograd, its transformed weights small enough
@@ -44,11 +44,11 @@ from numpy.lib.stride_tricks import as_strided
 from kuiper.cpu import depthwise, threads
 from kuiper.cpu.registry import fast
 from kuiper.cpu.scratch import KeepsScratch, view
-from kuiper.winograd import F2, F4, Winograd, windows
+from kuiper.core.winograd import F2, F4, Winograd, windows
 from kuiper.layers import conv2d
 from kuiper.layers.conv2d import batched
 from kuiper.layers.fused import Epilogue
-from kuiper.variants import Variant, Variants
+from kuiper.core.variants import Variant, Variants
 
 #: im2col runs over bands of output rows whose column matrix is at most about this size, which bounds its
 #: memory for any image size. With kuiper's threads few large bands beat many small ones: every numpy call a
@@ -386,7 +386,7 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
 
     def _winograd(self, x, out, epilogue, f: Winograd, u: np.ndarray):
         """Winograd F(m x m, 3x3) with the transformed weights `u`, over bands of tile rows (see
-        kuiper/winograd.py).
+        kuiper/core/winograd.py).
 
         As in im2col, kuiper's threads take a share of the bands each when there are enough bands worth a
         thread; otherwise each band's input is transformed once and its output channels are split."""

@@ -30,7 +30,7 @@ import time
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from kuiper.errors import KuiperError
+from kuiper.core.errors import KuiperError
 
 _state = threading.local()  # .inside is True while a thread runs a part: a part that splits again runs inline
 _count: int | None = None

@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from kuiper.custom.defines import RESERVED
 from kuiper.custom.formula import Formula, FormulaError
-from kuiper.errors import CustomOpError
+from kuiper.core.errors import CustomOpError
 
 PARAM_TYPES = ("int", "float", "int[]", "float[]")
 BINDINGS = ("input", "output", "weight", "param")

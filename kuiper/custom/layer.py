@@ -19,7 +19,7 @@ import numpy as np
 from kuiper.custom.config import OpConfig, tensor_name
 from kuiper.custom.defines import param_defines, shape_defines
 from kuiper.custom.formula import FormulaError, nchw
-from kuiper.errors import KernelBuildError, LayerError
+from kuiper.core.errors import KernelBuildError, LayerError
 from kuiper.layers.base import Layer
 from kuiper.pnnx.dtypes import numpy_dtype
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kuiper.custom.config import read_config
 from kuiper.custom.layer import CustomLayer
-from kuiper.errors import CustomOpError
+from kuiper.core.errors import CustomOpError
 
 ENV_VAR = "KUIPER_CUSTOM_OPS"
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.pnnx.records import text_to_float
 
 _REQUIRED = object()
@@ -36,7 +36,7 @@ class Layer:
     #: how many input tensors the layer takes; None means "at least min_inputs"
     num_inputs: int | None = 1
     min_inputs: int = 1
-    #: the ways to compute this layer, one chosen per input shape (kuiper/variants.py): set by build_opencl in
+    #: the ways to compute this layer, one chosen per input shape (kuiper/core/variants.py): set by build_opencl in
     #: layers with several OpenCL kernels, by the constructor of fast CPU layers with several paths; None: one way
     variants = None
     #: True where the work buffers (workspace_bytes) stay allocated between forwards, as the fast CPU layers'

@@ -28,6 +28,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from kuiper.core.operators import make_operator
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 
@@ -173,7 +174,6 @@ class Conv2d(ConvLayer):
 
     def _rebuilt(self, weight: np.ndarray, **params) -> Conv2d:
         """A layer of this class for this operator with `params` changed and `weight` for its kernel."""
-        from kuiper.runtime.operators import make_operator  # the runtime imports the layers: not at the top
 
         attrs = {key: attr.numpy() for key, attr in self.op.attrs.items()}
         attrs["weight"] = np.ascontiguousarray(weight)

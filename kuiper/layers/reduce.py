@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from kuiper.core.operators import make_operator
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 
@@ -107,7 +108,6 @@ class Normalize(Layer):
     """x / max(||x||_p, eps) along `dim`: the vectors along dim scaled to norm 1."""
 
     def __init__(self, op):
-        from kuiper.runtime.operators import make_operator  # the runtime imports the layers: not at the top
 
         super().__init__(op)
         self.eps = self.float_param("eps", 1e-12)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kuiper.errors import UnsupportedOperatorError
+from kuiper.core.errors import UnsupportedOperatorError
 
 _LAYERS: dict = {}
 

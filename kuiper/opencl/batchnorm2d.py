@@ -14,7 +14,7 @@ from kuiper.layers import batchnorm2d
 from kuiper.opencl.layer import OpenCLLayer
 from kuiper.opencl.registry import opencl
 from kuiper.opencl.runtime import round_up
-from kuiper.variants import Variant, Variants
+from kuiper.core.variants import Variant, Variants
 
 #: "tiled" gives each work-item this many pixels: 4 KiB of input, a loop long enough to run at full SIMD
 #: speed, while a 224x224 plane still splits into 49 work-items, enough for every core of a CPU

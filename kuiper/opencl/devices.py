@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.cpuinfo import cpu_flags
-from kuiper.errors import BackendError
+from kuiper.core.cpuinfo import cpu_flags
+from kuiper.core.errors import BackendError
 
 NO_PLATFORM_HINT = "no OpenCL platform found: install one, e.g. `pip install pocl-binary-distribution` (CPU)"
 CPU_REMEDY = ("for CPU OpenCL install Intel's CPU runtime (pip install 'kuiper[intel]') or Debian's "

@@ -44,10 +44,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kuiper.cpuinfo import cpu_flags
+from kuiper.core.cpuinfo import cpu_flags
 from kuiper.opencl.devices import configured_target
 from kuiper.opencl.runtime import round_up
-from kuiper.variants import Variant, Variants
+from kuiper.core.variants import Variant, Variants
 
 
 #: gemm_cpu's register block: MB rows by NV vectors of VN columns

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kuiper.core.operators import make_operator
 from kuiper.layers import matmul
 from kuiper.opencl import expression
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, Matrix
@@ -257,7 +258,6 @@ class Addmm(Matmul, matmul.Addmm):
     """The product into the output, then the output scaled and input added by cl/expression.cl."""
 
     def build_opencl(self, rt):
-        from kuiper.runtime.operators import make_operator  # the runtime imports the layers: not at the top
 
         super().build_opencl(rt)
         product = "@0" if self.alpha == 1 else f"mul(@0,{self.alpha!r})"

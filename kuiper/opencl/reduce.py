@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from kuiper.core.operators import make_operator
 from kuiper.layers import reduce
 from kuiper.opencl.expression import Expression
 from kuiper.opencl.layer import OpenCLLayer
@@ -145,7 +146,6 @@ class Normalize(OpenCLLayer, reduce.Normalize):
     """The norm as torch.norm's kernel into a buffer of the layer's, then cl/expression.cl divides."""
 
     def __init__(self, op):
-        from kuiper.runtime.operators import make_operator  # the runtime imports the layers: not at the top
 
         super().__init__(op)
         self.norm = Norm(self.norm.op)  # the reference's norm, on the same operator, with its OpenCL forward

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import BackendError, KernelBuildError
+from kuiper.core.errors import BackendError, KernelBuildError
 from kuiper.opencl import binaries
-from kuiper.shipped import shipped
+from kuiper.core.shipped import shipped
 from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_device, target_features
-from kuiper.tensor import Tensor, normalize_shape
+from kuiper.core.tensor import Tensor, normalize_shape
 
 CL_DIR = shipped("cl")
 # how float32 tensors and weights are stored on the device; kernels compute in float either way (cl/store.h)

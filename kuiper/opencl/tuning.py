@@ -1,4 +1,4 @@
-"""Choosing a layer's kernel variant (kuiper/variants.py) per input shape on OpenCL: by rule, or by measurement.
+"""Choosing a layer's kernel variant (kuiper/core/variants.py) per input shape on OpenCL: by rule, or by measurement.
 
 Which way of splitting a layer's work over work-items runs fastest depends on the shape and on the device: a
 BatchNorm over 512 planes of 7x7 pixels wants another kernel than one over 16 planes of 224x224, and a CPU
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import BackendError, KuiperWarning
+from kuiper.core.errors import BackendError, KuiperWarning
 from kuiper.opencl.runtime import DeviceTensor, Enqueuer
-from kuiper.variants import shape_key
+from kuiper.core.variants import shape_key
 
 RULE, MEASURE = "rule", "measure"
 TUNINGS = (RULE, MEASURE)

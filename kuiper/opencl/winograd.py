@@ -1,6 +1,6 @@
 """Winograd's F(4x4, 3x3) on OpenCL (cl/winograd.cl): a 3x3 stride-1 convolution in a quarter of the multiply-adds.
 
-The method and its matrices are kuiper/winograd.py's. On OpenCL it runs in three launches: the input
+The method and its matrices are kuiper/core/winograd.py's. On OpenCL it runs in three launches: the input
 transform writes every tile's B^T d B, one stacked GEMM (kuiper/opencl/gemm.py) multiplies the transformed
 kernels into them for each of the 36 positions of a 6x6 tile, and the output transform turns each tile's 36
 sums into its 4x4 outputs, adding the bias and applying the layer's fused epilogue as it stores them. On CPUs
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 
-from kuiper.winograd import F4
+from kuiper.core.winograd import F4
 from kuiper.opencl.gemm import Gemm, Matrix
 from kuiper.opencl.runtime import round_up
-from kuiper.variants import Variant
+from kuiper.core.variants import Variant
 
 #: the rule's threshold on GPUs: a convolution with fewer multiply-adds runs direct. Winograd's three launches
 #: cost more host time than one, and a small layer gains little device time (ResNet-18's 3x3 layers at batch
@@ -61,7 +61,7 @@ def entries(matrix) -> str:
 class WinogradConv:
     """One Conv2d layer's Winograd forward on one runtime: its transformed weights, its kernels (built with the
     layer's epilogue) and its GEMM; the transformed tiles go in the runtime's scratch (Enqueuer.scratch).
-    `variants` are it as the layer's variants (kuiper/variants.py), built from `file`: "winograd F4", a
+    `variants` are it as the layer's variants (kuiper/core/variants.py), built from `file`: "winograd F4", a
     work-item per tile and channel, and on CPUs "winograd F4 rows", a work-item per run of RUN tiles of a tile
     row and channel."""
 

@@ -3,7 +3,7 @@
     graph = kuiper.pnnx.load("resnet18.pnnx.param")      # bin path defaults to resnet18.pnnx.bin
     conv = graph.operators[3]; conv.params["stride"].value; conv.attrs["weight"].numpy()
 
-Every malformed input raises kuiper.errors.PnnxFormatError naming the file and the line or member.
+Every malformed input raises kuiper.core.errors.PnnxFormatError naming the file and the line or member.
 """
 
 from kuiper.pnnx.bin import BinFile

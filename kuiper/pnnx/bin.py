@@ -16,7 +16,7 @@ import zipfile
 
 import numpy as np
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 from kuiper.pnnx.dtypes import STORAGE
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, fields we skip, name length, extra length

@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 from kuiper.pnnx.bin import BinFile
 from kuiper.pnnx.records import STRING, Attribute, Graph, Operand, Operator, Parameter
 from kuiper.pnnx.values import parse_spec, parse_value

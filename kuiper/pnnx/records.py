@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 
 # pnnx parameter type codes
 NULL, BOOL, INT, FLOAT, STRING, INT_LIST, FLOAT_LIST, STRING_LIST = 0, 1, 2, 3, 4, 5, 6, 7

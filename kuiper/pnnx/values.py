@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 from kuiper.pnnx.dtypes import STORAGE, UNKNOWN
 from kuiper.pnnx.records import (
     BOOL, COMPLEX, COMPLEX_LIST, FLOAT, FLOAT_LIST, FLOAT_TEXT, INT, INT_LIST, NULL, STRING, STRING_LIST,

@@ -1,7 +1,7 @@
 """The graph interpreter: runtime records, memory planning and RuntimeGraph."""
 
 from kuiper.runtime.graph import GraphState, RuntimeGraph, load
-from kuiper.runtime.operators import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
+from kuiper.core.operators import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 
 __all__ = [
     "GraphState", "RuntimeGraph", "load",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kuiper.cpu.registry import fast_class
 from kuiper.layers.registry import layer_class
 from kuiper.opencl.registry import opencl_class
-from kuiper.runtime.operators import make_operator
+from kuiper.core.operators import make_operator
 
 #: backend name -> its registry of subclasses (None: the reference layers only)
 _OWN = {"numpy": fast_class, "reference": None, "opencl": opencl_class}

@@ -7,9 +7,9 @@ import warnings
 
 import numpy as np
 
-from kuiper.errors import GraphError, InputError, KuiperWarning, ShapeError
-from kuiper.runtime.operators import INPUT, OUTPUT, TUPLE
-from kuiper.tensor import Tensor
+from kuiper.core.errors import GraphError, InputError, KuiperWarning, ShapeError
+from kuiper.core.operators import INPUT, OUTPUT, TUPLE
+from kuiper.core.tensor import Tensor
 
 
 def fmt(shape) -> str:

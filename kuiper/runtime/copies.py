@@ -23,7 +23,7 @@ from kuiper.layers.permute import Permute
 from kuiper.layers.reshape import ViewLayer
 from kuiper.layers.split import SplitLayer
 from kuiper.layers.transpose import Transpose
-from kuiper.runtime.operators import RuntimeOperator, link_successors
+from kuiper.core.operators import RuntimeOperator, link_successors
 
 MOVERS = (Permute, Transpose, ViewLayer, SplitLayer)
 

@@ -24,7 +24,7 @@ from kuiper.cpu import blas, threads
 from kuiper.layers.copy_chain import CopyChain
 from kuiper.layers.fused import FusedLayer
 from kuiper.runtime.backends import backend_class
-from kuiper.tensor import Tensor
+from kuiper.core.tensor import Tensor
 
 
 class NumpyExecutor:
@@ -44,7 +44,7 @@ class NumpyExecutor:
 
     def prepare(self, plan, order: list) -> None:
         plan.place([np.empty(size, dtype=np.uint8) for size in plan.assignment.slot_sizes], _host_view)
-        # the rule's variant for every layer that has several (kuiper/variants.py), built now: Winograd's weights
+        # the rule's variant for every layer that has several (kuiper/core/variants.py), built now: Winograd's weights
         plan.variants = {op.name: op.layer.variants.fix([plan.shapes[o.name] for o in op.input_operands])
                          for op in order if op.layer is not None and op.layer.variants is not None}
 

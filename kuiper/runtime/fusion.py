@@ -30,7 +30,7 @@ from kuiper.layers.expression import Expression
 from kuiper.layers.fused import EpilogueStep, FusedLayer
 from kuiper.layers.reshape import ViewLayer
 from kuiper.opencl.layer import runs_on_device
-from kuiper.runtime.operators import RuntimeOperator, link_successors
+from kuiper.core.operators import RuntimeOperator, link_successors
 
 
 def fuse(order: list, graph_ends: set, fused_class=FusedLayer, on_device: bool = False) -> list:

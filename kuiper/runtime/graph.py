@@ -33,7 +33,7 @@ import numpy as np
 
 from kuiper import pnnx
 from kuiper.custom import CustomOps
-from kuiper.errors import BackendError, ConfigError, GraphError, ShapeError, UnsupportedOperatorError
+from kuiper.core.errors import BackendError, ConfigError, GraphError, ShapeError, UnsupportedOperatorError
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
@@ -41,7 +41,7 @@ from kuiper.pnnx.dtypes import numpy_dtype
 from kuiper.runtime import checks, copies, fusion, memory
 from kuiper.runtime.backends import BACKENDS
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
-from kuiper.runtime.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
+from kuiper.core.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
     INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter,
     link_successors,
 )

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import re
 
-from kuiper.errors import ConfigError, MemoryLimitError
+from kuiper.core.errors import ConfigError, MemoryLimitError
 from kuiper.runtime.checks import fmt
-from kuiper.runtime.operators import INPUT
+from kuiper.core.operators import INPUT
 
 ENV = "KUIPER_MEMORY_LIMIT"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from kuiper.errors import KuiperWarning
+from kuiper.core.errors import KuiperWarning
 from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
 from kuiper.opencl.copy_chain import CopyChain
 from kuiper.opencl.fused import FusedLayer

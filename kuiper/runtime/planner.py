@@ -21,7 +21,7 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
-from kuiper.errors import ShapeError
+from kuiper.core.errors import ShapeError
 from kuiper.runtime.checks import fmt
 
 

@@ -9,7 +9,7 @@ from conftest import assert_every_path_matches_reference
 from cpu_tools import THREADS, running_on
 
 from kuiper.cpu import conv2d, depthwise, threads
-from kuiper.winograd import F2, F4
+from kuiper.core.winograd import F2, F4
 from kuiper.layers.fused import Epilogue, EpilogueStep
 from kuiper.runtime.backends import make_layer
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper.errors import KuiperError
+from kuiper.core.errors import KuiperError
 from kuiper.cpu import threads
 
 
@@ -128,7 +128,7 @@ def test_set_num_threads_and_back_to_the_default(monkeypatch):
 
 
 def test_cli_threads_option(capsys, monkeypatch):
-    from kuiper import cli
+    from kuiper.app import cli
 
     monkeypatch.setattr(threads, "_count", None)
     assert cli.main(["run", "--threads", "0"]) == 2  # a usage error, refused by argparse

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from kuiper.custom import CustomLayer, read_config
-from kuiper.runtime.operators import make_operator
+from kuiper.core.operators import make_operator
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "custom_ops"

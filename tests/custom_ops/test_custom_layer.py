@@ -6,7 +6,7 @@ import pytest
 
 from kuiper import CustomOpError, ShapeError
 from kuiper.custom import CustomLayer, read_config
-from kuiper.runtime.operators import make_operator
+from kuiper.core.operators import make_operator
 from conftest import assert_opencl_matches_numpy, assert_outputs_close, fp16_twin
 from custom_op_files import KERNEL, LEAKY_CLAMP, edited, sample, scale_layer, write_op
 

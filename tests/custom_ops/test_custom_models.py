@@ -13,7 +13,7 @@ from kuiper import UnsupportedOperatorError
 from kuiper.custom import ENV_VAR, CustomLayer
 from kuiper.layers.hardtanh import Hardtanh
 from kuiper.layers.registry import layer_class
-from kuiper.cli import main
+from kuiper.app.cli import main
 from conftest import MODELS, NO_OPENCL, OPENCL_DEVICES, load_manifest, model_cases, model_paths
 from custom_op_files import CHANNEL_SCALE, EXAMPLES, LEAKY_CLAMP
 from kuiper.opencl.devices import spec_of

@@ -18,7 +18,7 @@ import kuiper.layers.relu  # noqa: F401
 import kuiper.layers.sigmoid  # noqa: F401
 import kuiper.layers.silu  # noqa: F401
 import kuiper.layers.tanh  # noqa: F401
-from kuiper.errors import LayerError
+from kuiper.core.errors import LayerError
 from kuiper.layers.elementwise import erf, erfc
 from kuiper.runtime.backends import make_layer
 

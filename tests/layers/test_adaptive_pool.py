@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper.layers.adaptive_pool  # noqa: F401  (registers the layers)
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(1)

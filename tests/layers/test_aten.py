@@ -9,7 +9,7 @@ import pytest
 
 import kuiper
 from conftest import FP16_RTOL, OPENCL_DEVICES, assert_every_path_matches_reference
-from kuiper.errors import LayerError
+from kuiper.core.errors import LayerError
 from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(17)

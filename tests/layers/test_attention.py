@@ -12,9 +12,10 @@ import pytest
 
 from conftest import allocated_during, assert_every_path_matches_reference, assert_opencl_matches_numpy
 from kuiper.cpu import threads
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.layers.multihead_attention import MultiheadAttention
-from kuiper.runtime import backends, operators
+from kuiper.runtime import backends
+from kuiper.core import operators
 from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(5)

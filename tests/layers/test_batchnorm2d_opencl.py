@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_every_variant_matches_numpy
-from kuiper.errors import BackendError
+from kuiper.core.errors import BackendError
 from kuiper.opencl.batchnorm2d import TILE, rule
 from test_batchnorm2d import make_bn, statistics
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import kuiper.layers.conv2d  # noqa: F401  (registers nn.Conv2d)
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 
 

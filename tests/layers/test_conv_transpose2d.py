@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import kuiper.layers.conv_transpose2d  # noqa: F401  (registers nn.ConvTranspose2d)
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import kuiper.layers.expand  # noqa: F401  (registers the layers)
 from conftest import assert_every_path_matches_reference
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.opencl.strided import MAX_RANK, contiguous_strides, merge_dims, sliced
 from kuiper.runtime.backends import make_layer
 from test_slice import SHAPE, rand, refused

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import allocated_during
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.layers.expression import BINARY, UNARY
 from kuiper.layers.expression_parser import (
     Apply, Call, ExpressionSyntaxError, Literal, Operand, Token, parse, to_rpn, tokenize,

@@ -9,7 +9,7 @@ import pytest
 from conftest import allocated_during, assert_every_path_matches_reference, assert_opencl_matches_numpy
 from kuiper.cpu import layer_norm as fast_layer_norm
 from kuiper.cpu import threads
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(11)

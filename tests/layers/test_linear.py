@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import kuiper.layers.linear  # noqa: F401  (registers nn.Linear)
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 
 

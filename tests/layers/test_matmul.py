@@ -10,7 +10,7 @@ import pytest
 
 from conftest import allocated_during, assert_every_path_matches_reference, assert_every_variant_matches_numpy
 from kuiper.cpu import threads
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.opencl.matmul import gemm_layout
 from kuiper.runtime.backends import make_layer
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_every_path_matches_reference, assert_opencl_matches_numpy
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 from test_softmax_opencl import assert_fp16_close, cl_paths  # noqa: F401  (cl_paths: a fixture)
 

@@ -10,7 +10,7 @@ import pytest
 
 import kuiper.layers.pad  # noqa: F401  (registers the layer)
 from conftest import assert_every_path_matches_reference
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 from test_slice import SHAPE, rand, refused
 

@@ -4,7 +4,7 @@ float's range, and parameters the layer never reads."""
 import numpy as np
 import pytest
 
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 
 NCHW = ((1, 2, 3, 4),)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import kuiper.layers.reduce  # noqa: F401  (registers the layers)
-from kuiper.errors import ShapeError
+from kuiper.core.errors import ShapeError
 from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(4)

@@ -20,7 +20,7 @@ import kuiper.layers.split  # noqa: F401
 import kuiper.layers.squeeze  # noqa: F401
 import kuiper.layers.transpose  # noqa: F401
 import kuiper.layers.unsqueeze  # noqa: F401
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.layers.registry import is_supported
 from kuiper.runtime.backends import make_layer
 

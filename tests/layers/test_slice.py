@@ -13,7 +13,7 @@ import pytest
 
 import kuiper.layers.slice  # noqa: F401  (registers the layers)
 from conftest import assert_every_path_matches_reference
-from kuiper.errors import LayerError, ShapeError
+from kuiper.core.errors import LayerError, ShapeError
 from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(15)

@@ -5,7 +5,7 @@ import pytest
 
 import kuiper.layers.stack  # noqa: F401  (registers the layer)
 from conftest import assert_every_path_matches_reference
-from kuiper.errors import ShapeError
+from kuiper.core.errors import ShapeError
 from kuiper.runtime.backends import make_layer
 from test_slice import SHAPE, rand, refused
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper.errors import LayerError
+from kuiper.core.errors import LayerError
 from kuiper.layers.elementwise import ElementwiseLayer
-from kuiper.runtime.operators import make_layer
+from kuiper.core.operators import make_layer
 from lesson_tools import exercise
 
 ex = exercise(6)

@@ -5,8 +5,8 @@ F(4x4)."""
 import numpy as np
 import pytest
 
-from kuiper.runtime.operators import make_layer
-from kuiper.winograd import F2, F4
+from kuiper.core.operators import make_layer
+from kuiper.core.winograd import F2, F4
 from lesson_tools import exercise
 
 ex = exercise(13)

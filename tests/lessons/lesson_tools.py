@@ -4,7 +4,7 @@ Not a conftest.py: a second module named conftest would shadow tests/conftest.py
 
 The notes' ```bash blocks are not doctests, so each checkpoint calls `check_shell_commands(N, capsys)`,
 which finds every command in lesson N's bash blocks and verifies it: `kuiper ...` commands are run through
-kuiper.cli.main and must exit 0; `python -m pytest FILES` must name files that exist; `kuiper lesson N`
+kuiper.app.cli.main and must exit 0; `python -m pytest FILES` must name files that exist; `kuiper lesson N`
 must name a lesson (tests/lessons/test_course_cli.py runs that command for real, here it would recurse);
 `pip install -e ".[extra]"` must name extras setup.cfg defines. `kuiper export` needs torch, which the
 checkpoints do not: it and the later `kuiper` commands that name its output folder are parsed by kuiper's own
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper import cli, course
+from kuiper.app import cli, course
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
@@ -36,7 +36,7 @@ _BASH_BLOCK = re.compile(r"^[ \t]*```bash\n(.*?)^[ \t]*```", re.S | re.M)
 
 def exercise(number: int):
     """Lesson `number`'s exercise module, from the package KUIPER_EXERCISES names: `exercises` (the student's,
-    the default) or `solutions`. The checkpoints call what it defines; kuiper/course.py sets the variable."""
+    the default) or `solutions`. The checkpoints call what it defines; kuiper/app/course.py sets the variable."""
     package = os.environ.get(course.PACKAGE_ENV, course.EXERCISES)
     if package not in (course.EXERCISES, course.SOLUTIONS):
         raise ValueError(f"{course.PACKAGE_ENV}={package!r}: expected {course.EXERCISES!r} or {course.SOLUTIONS!r}")

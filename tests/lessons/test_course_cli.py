@@ -1,5 +1,5 @@
 """The course: its files fit together, every checkpoint passes on the reference solutions and fails on the
-stubs, and the runner (kuiper/course.py) behind `kuiper lessons` / `kuiper lesson N` reports what it should."""
+stubs, and the runner (kuiper/app/course.py) behind `kuiper lessons` / `kuiper lesson N` reports what it should."""
 
 import ast
 import io
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from kuiper import course
+from kuiper.app import course
 from lesson_tools import ROOT, check_commands, commands_in, run_cli
 
 # the notes files on disk, counted independently of course.py's own pattern

@@ -67,11 +67,11 @@ def test_every_dotted_kuiper_name_exists(page):
 
 
 def test_the_checks_find_what_they_look_for():
-    text = ("see `kuiper/winograd.py`, `kuiper/cpu/`, cl/gemm.cl, `tests/lessons/checkpoint_NN_*.py` and "
+    text = ("see `kuiper/core/winograd.py`, `kuiper/cpu/`, cl/gemm.cl, `tests/lessons/checkpoint_NN_*.py` and "
             "kuiper.pnnx.load.")
-    assert cited_paths(text) == {"kuiper/winograd.py", "kuiper/cpu/", "cl/gemm.cl"}
+    assert cited_paths(text) == {"kuiper/core/winograd.py", "kuiper/cpu/", "cl/gemm.cl"}
     assert set(_DOTTED.findall(text)) == {"kuiper.pnnx.load"}
-    assert resolves("kuiper.pnnx.load") and resolves("kuiper.winograd.F2") and not resolves("kuiper.cpu.winograd")
+    assert resolves("kuiper.pnnx.load") and resolves("kuiper.core.winograd.F2") and not resolves("kuiper.cpu.winograd")
     assert not (ROOT / "kuiper/cpu/winograd.py").exists()
 
 

@@ -44,7 +44,7 @@ def test_every_model_in_the_manifest_is_on_disk_with_its_cases():
 
 
 def test_the_export_tool_goes_through_pnnx_export():
-    """tools/export_models.py exports through kuiper/export.py's run_pnnx (shared with `kuiper export`), whose
+    """tools/export_models.py exports through kuiper/app/export.py's run_pnnx (shared with `kuiper export`), whose
     one call of pnnx.export passes the model, the path of the traced .pt and the example inputs."""
     tool = ast.parse((ROOT / "tools" / "export_models.py").read_text())
     assert any(isinstance(node, ast.Call) and getattr(node.func, "id", None) == "run_pnnx" for node in ast.walk(tool))

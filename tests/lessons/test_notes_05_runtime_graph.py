@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper import GraphError, GraphState, inspection
+from kuiper import GraphError, GraphState
+from kuiper.app import inspection
 from kuiper.layers.expression import Expression
 from kuiper.layers.relu import ReLU
 from kuiper.layers.sigmoid import Sigmoid

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper import GraphError, GraphState, ShapeError, UnsupportedOperatorError, inspection
+from kuiper import GraphError, GraphState, ShapeError, UnsupportedOperatorError
+from kuiper.app import inspection
 from kuiper.cpu.registry import fast_class
 from kuiper.layers.elementwise import ElementwiseLayer
 from kuiper.layers.expression import Expression

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper import inspection
+from kuiper.app import inspection
 from lesson_tools import RESNET, check_shell_commands, model_case, param_lines
 
 

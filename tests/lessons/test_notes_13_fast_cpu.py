@@ -10,7 +10,7 @@ import pytest
 import kuiper
 from kuiper.cpu import conv2d, threads
 from kuiper.cpu.registry import fast_class
-from kuiper.winograd import F2, F4
+from kuiper.core.winograd import F2, F4
 from kuiper.layers import registry
 from kuiper.layers.fused import Epilogue, EpilogueStep
 from kuiper.runtime.backends import make_layer

@@ -10,7 +10,7 @@ import kuiper
 from kuiper.custom import CustomLayer, read_config
 from kuiper.layers.hardtanh import Hardtanh
 from kuiper.layers.registry import layer_class
-from kuiper.runtime.operators import make_operator
+from kuiper.core.operators import make_operator
 from conftest import NO_OPENCL, OPENCL_DEVICES
 from lesson_tools import ROOT, check_shell_commands, model_case, notes_text
 

@@ -19,7 +19,7 @@ from kuiper.layers.registry import layer_class
 from kuiper.opencl import get_runtime
 from kuiper.opencl.registry import opencl_class
 from kuiper.pnnx import load as read_pnnx
-from kuiper.runtime.operators import make_operator
+from kuiper.core.operators import make_operator
 from lesson_tools import MODELS, check_shell_commands, model_case, notes_text, param_lines
 
 RNG = np.random.default_rng(20)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import OPENCL_DEVICES, ROOT
-from kuiper import BackendError, cli, opencl
-from kuiper.cpuinfo import cpu_flags
+from kuiper import BackendError, opencl
+from kuiper.app import cli
+from kuiper.core.cpuinfo import cpu_flags
 from kuiper.opencl import binaries, devices, runtime
 
 # a kernel every compiler rejects: what the PoCL wheel's "unknown target CPU 'generic'" does to every build

@@ -131,7 +131,7 @@ def test_no_platform_is_a_backend_error_with_a_hint():
     code = "import kuiper; kuiper.load('models/act_zoo/act_zoo.pnnx.param', backend='opencl')"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode != 0
-    assert "kuiper.errors.BackendError: no OpenCL platform found" in result.stderr
+    assert "kuiper.core.errors.BackendError: no OpenCL platform found" in result.stderr
     assert "pocl-binary-distribution" in result.stderr
     cli = subprocess.run([sys.executable, "-m", "kuiper", "devices"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert cli.returncode == 1

@@ -158,7 +158,7 @@ def test_unknown_tuning_is_a_backend_error(bn_model, monkeypatch):
 
 
 def test_the_profile_shows_each_operators_variant(cl_runtime, bn_model, capsys):
-    from kuiper import cli
+    from kuiper.app import cli
 
     assert cli.main(["run", str(bn_model), "--backend", "opencl", "--device", cl_runtime.device.name,
                      "--profile"]) == 0

@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 from kuiper.pnnx import BinFile, load
 
 from pnnx_files import files, tiny  # noqa: F401  (fixtures)

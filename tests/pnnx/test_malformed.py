@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 from kuiper.pnnx import load
 
 from pnnx_files import TINY_MEMBERS, TINY_PARAM, files  # noqa: F401  (files is a fixture)

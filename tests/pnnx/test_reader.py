@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 from kuiper.pnnx import load, parse_param
 from kuiper.pnnx.records import FLOAT, INT_LIST, STRING, Attribute, Operand, Parameter
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kuiper.errors import PnnxFormatError
+from kuiper.core.errors import PnnxFormatError
 from kuiper.pnnx import parse_spec, parse_value
 from kuiper.pnnx.records import (
     BOOL, COMPLEX, COMPLEX_LIST, FLOAT, FLOAT_LIST, INT, INT_LIST, NULL, STRING, STRING_LIST, Parameter,

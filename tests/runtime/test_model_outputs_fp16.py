@@ -8,7 +8,7 @@ import pytest
 
 import kuiper
 from conftest import OPENCL_DEVICES, model_cases, model_names, model_paths
-from kuiper.references import TOLERANCES
+from kuiper.app.references import TOLERANCES
 
 # Every tensor between two layers is rounded to half (relative 2^-11 = 4.9e-4), as are the weights; through a
 # dozen layers these roundings add up to a few thousandths of the largest output (act_zoo: 6.6e-3 on PoCL)

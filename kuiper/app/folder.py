@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import ConfigError, ImageError, InputError, KuiperWarning
-from kuiper.images import Preprocess, load_image
-from kuiper.labels import check_names, names_for, top_k
+from kuiper.core.errors import ConfigError, ImageError, InputError, KuiperWarning
+from kuiper.app.images import Preprocess, load_image
+from kuiper.app.labels import check_names, names_for, top_k
 
 ROW_FORMATS = (".csv", ".jsonl")
 CSV_COLUMNS = ("path", "index", "label", "score", "topk")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import ConfigError, ImageError
+from kuiper.core.errors import ConfigError, ImageError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import ExportError, KuiperError, KuiperWarning
-from kuiper.references import Comparison, compare
+from kuiper.core.errors import ExportError, KuiperError, KuiperWarning
+from kuiper.app.references import Comparison, compare
 
 INSTALL = 'pip install "kuiper[export]"'
 DEFAULT_SHAPE = (1, 3, 224, 224)

@@ -10,7 +10,7 @@ following the rule on OpenCL); forward then only looks it up (`Variants.pick`), 
 
 from __future__ import annotations
 
-from kuiper.errors import BackendError
+from kuiper.core.errors import BackendError
 
 
 class Variant:

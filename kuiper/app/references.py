@@ -4,7 +4,7 @@ Two records say what was saved, both written when the model was exported:
 
 * `models/manifest.json`, for the committed models (`tools/export_models.py`): one entry per model, with its
   cases (input and output `.npy` files, paths relative to the manifest);
-* `NAME.export.json` beside `NAME.pnnx.param`, for a model exported with `kuiper export` (`kuiper/export.py`):
+* `NAME.export.json` beside `NAME.pnnx.param`, for a model exported with `kuiper export` (`kuiper/app/export.py`):
   one case, its files named relative to the record.
 
 Either may say `"random_weights": true`: the model was never trained, so its classes for a real image mean
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import ConfigError
+from kuiper.core.errors import ConfigError
 
 TOLERANCES = {"fp32": 1e-4, "fp16": 1e-2}
 TOLERANCE = TOLERANCES["fp32"]

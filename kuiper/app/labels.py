@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kuiper.errors import ConfigError
+from kuiper.core.errors import ConfigError
 
 IMAGENET_CLASSES = 1000
 

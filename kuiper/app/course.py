@@ -13,7 +13,7 @@ that the environment variable KUIPER_EXERCISES names: `exercises` (the default, 
 `solutions` (what CI runs, `kuiper lesson N --solutions`).
 
 Running lessons runs pytest in one child process on their checkpoint files, with this module loaded as a
-pytest plugin (`-p kuiper.course`): it writes one JSON line per test result to the file that
+pytest plugin (`-p kuiper.app.course`): it writes one JSON line per test result to the file that
 KUIPER_COURSE_REPORT names, and each line is credited to the lesson whose checkpoint file it names. A
 failure whose error is a NotImplementedError is an exercise still to write, and its message says which.
 """
@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kuiper.errors import KuiperError
+from kuiper.core.errors import KuiperError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 NOTES_DIR = "course_notes"
 CHECKPOINT_DIR = Path("tests") / "lessons"
 EXERCISES = "exercises"          # the student's package
@@ -211,7 +211,7 @@ def checkpoint_command(files, root: Path = ROOT, traceback: str = "short") -> li
     `traceback` is pytest's --tb: "no" where nobody reads the report (it is faster)."""
     return [
         sys.executable, "-m", "pytest", "-q", "-o", "addopts=", f"--tb={traceback}", "--color=no",
-        "-p", "no:cacheprovider", "-p", "kuiper.course", "--rootdir", str(root),
+        "-p", "no:cacheprovider", "-p", "kuiper.app.course", "--rootdir", str(root),
         "--continue-on-collection-errors",  # one lesson that does not import must not hide the others
         *(str(Path(f).relative_to(root)) for f in files),
     ]
@@ -221,7 +221,7 @@ def child_environment(root: Path, package: str, report: Path) -> dict:
     """The environment of the child pytest: the package to test, where to report, and a PYTHONPATH that
     finds the course's packages (under `root`) and this kuiper, before anything inherited."""
     env = dict(os.environ)
-    paths = [str(root), str(Path(__file__).resolve().parent.parent)]
+    paths = [str(root), str(Path(__file__).resolve().parents[2])]
     paths += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env[PACKAGE_ENV] = package
@@ -268,7 +268,7 @@ def run_lesson(lesson: Lesson, root: Path = ROOT, package: str = EXERCISES) -> O
     return run_lessons([lesson], root, package)[0]
 
 
-# ---- the pytest plugin (loaded in the child with -p kuiper.course) --------------------------------------------
+# ---- the pytest plugin (loaded in the child with -p kuiper.app.course) --------------------------------------------
 
 def _report(nodeid: str, outcome: str, longrepr) -> None:
     path = os.environ.get(REPORT_ENV)

@@ -1,0 +1,1 @@
+"""The application: the command line, export, pictures and folders of them, reports, the course runner."""

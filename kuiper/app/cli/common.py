@@ -1,0 +1,56 @@
+"""What the commands share: the error type, option types, the console, the default model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kuiper.core.errors import KuiperError
+from kuiper.core.shipped import shipped
+
+DEFAULT_MODEL = Path("resnet18", "resnet18.pnnx.param")  # within models/
+
+
+class CliError(KuiperError):
+    """A command-line usage problem (missing file, bad option value)."""
+
+
+def positive(text: str) -> int:
+    """An argparse type: an int of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def shape(text: str) -> tuple:
+    """An argparse type: N,C,H,W as ints of at least 1."""
+    try:
+        return tuple(positive(d) for d in text.split(","))
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e} (give sizes of at least 1, as in 1,3,224,224)") from None
+
+
+def rich_console():
+    """rich's console for our output. When the output is not a terminal, rich would assume 80 columns, break
+    long lines in the middle of a shape and cut table cells short (1x64x112x1...): soft wrap keeps lines whole,
+    and a console as wide as any table gives every cell its whole width."""
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:
+        console.width = 10_000
+    return console
+
+
+def default_model() -> Path:
+    """The embedded ResNet-18, from the checkout's models/ or the copy an install carries (kuiper/core/shipped.py)."""
+    return shipped("models") / DEFAULT_MODEL
+
+
+def require(path: Path, what: str) -> None:
+    if not path.exists():
+        raise CliError(f"{what} file not found: {path}")
