@@ -46,7 +46,8 @@ class Epilogue:
         """Run the steps on `out`, the part `where` (an index into the whole output) of the output."""
         for step in self.steps:
             if step.extra is None:
-                step.layer.apply(out, out)
+                # an activation fused for the device may not work in place on the host (GELU reads x twice)
+                step.layer.apply(out if step.layer.in_place else out.copy(), out)
             else:
                 out += self.inputs[step.extra][where]
 
