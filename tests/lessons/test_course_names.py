@@ -1,4 +1,4 @@
-"""What the course's pages cite must exist, and the lessons keep their measurements in the appendix.
+"""What the course's pages (and the README, docs/ and the examples' guide) cite must exist, and the lessons keep their measurements in the appendix.
 
 Every file or folder a page of course_notes/ names by its path from the repository root (`kuiper/...`,
 `cl/...`, `tests/...`, `tools/...`, `benchmarks/...`, `examples/...`, `exercises/...`, `solutions/...`,
@@ -14,8 +14,10 @@ import pytest
 
 from lesson_tools import ROOT
 
-PAGES = sorted((ROOT / "course_notes").glob("*.md"))
-LESSONS = [page for page in PAGES if re.fullmatch(r"\d\d-.*\.md", page.name)]
+COURSE = sorted((ROOT / "course_notes").glob("*.md"))
+LESSONS = [page for page in COURSE if re.fullmatch(r"\d\d-.*\.md", page.name)]
+#: every page a reader meets cites only what exists: the course, the README, docs/, the examples' guide
+PAGES = [*COURSE, ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "examples/custom_ops/README.md"]
 
 _PATH = re.compile(r"(?<![\w./-])((?:kuiper|cl|tests|tools|benchmarks|examples|exercises|solutions|models)/[\w./-]*)")
 _DOTTED = re.compile(r"(?<![\w.])kuiper(?:\.[A-Za-z_]\w*)+")
@@ -53,13 +55,13 @@ def resolves(dotted: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_cited_file_exists(page):
     missing = sorted(path for path in cited_paths(prose(page.read_text())) if not (ROOT / path).exists())
     assert not missing, f"{page.name} cites files that do not exist: {missing}"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_dotted_kuiper_name_exists(page):
     names = set(_DOTTED.findall(prose(page.read_text())))
     missing = sorted(name for name in names if not resolves(name))
