@@ -21,12 +21,13 @@ from kuiper.custom.defines import param_defines, shape_defines
 from kuiper.custom.formula import FormulaError, nchw
 from kuiper.core.errors import KernelBuildError, LayerError
 from kuiper.layers.base import Layer
+from kuiper.opencl.layer import OpenCLLayer
 from kuiper.pnnx.dtypes import numpy_dtype
 
 _FLOAT_C_TYPES = ("half", "float", "double")
 
 
-class CustomLayer(Layer):
+class CustomLayer(OpenCLLayer, Layer):
     num_inputs = None  # as many as the operator has; the config's bindings are checked against them
 
     def __init__(self, op, config: OpConfig):
