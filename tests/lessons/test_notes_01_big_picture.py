@@ -48,7 +48,7 @@ def test_the_export_tool_goes_through_pnnx_export():
     one call of pnnx.export passes the model, the path of the traced .pt and the example inputs."""
     tool = ast.parse((ROOT / "tools" / "export_models.py").read_text())
     assert any(isinstance(node, ast.Call) and getattr(node.func, "id", None) == "run_pnnx" for node in ast.walk(tool))
-    tree = ast.parse((ROOT / "kuiper" / "export.py").read_text())
+    tree = ast.parse((ROOT / "kuiper" / "app" / "export.py").read_text())
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
              and isinstance(node.func, ast.Attribute) and node.func.attr == "export"
              and isinstance(node.func.value, ast.Name) and node.func.value.id == "pnnx"]

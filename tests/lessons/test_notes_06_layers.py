@@ -63,7 +63,7 @@ def test_the_notes_name_every_public_member_of_layer():
         elif isinstance(node, ast.Assign):
             members.update(target.id for target in node.targets)
     members = {name for name in members if not name.startswith("_") or name == "__init__"}
-    assert {"num_inputs", "variants", "output_shapes", "forward_numpy", "run_opencl"} <= members
+    assert {"num_inputs", "variants", "output_shapes", "forward_numpy", "run_numpy"} <= members
     table = notes_text(6).split("### Every member of `Layer`", 1)[1].split("\n\n", 3)[2]
     named = set(re.findall(r"`(\w+)", table))
     assert members <= named, f"not in the notes' table: {sorted(members - named)}"

@@ -104,7 +104,7 @@ def test_device_tensor_downloads_and_has_no_host_array(cl_runtime):
 def test_kuiper_relu_matches_numpy_and_passes_nan(cl_runtime):
     x = np.random.default_rng(13).standard_normal((2, 3, 17, 19)).astype(np.float32)
     x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
-    layer = make_layer("nn.ReLU", input_shapes=(x.shape,))
+    layer = make_layer("nn.ReLU", backend="opencl", input_shapes=(x.shape,))
     (y,) = layer.run_opencl(cl_runtime, x)
     np.testing.assert_array_equal(y, np.where(np.isnan(x), x, np.maximum(x, 0)))
     assert np.isnan(y[0, 0, 0, 0]) and y[0, 0, 0, 1] == np.inf and y[0, 0, 0, 2] == 0

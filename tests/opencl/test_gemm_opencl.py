@@ -189,7 +189,7 @@ EPILOGUE_CASES += [("gpu", split, act) for split in (False, True) for act in (No
 def test_the_epilogue_adds_the_residual_then_activates(cl_runtime, monkeypatch, name, split, activation):
     monkeypatch.setattr(gemm_module, "SPLIT_GROUPS_PER_UNIT", 10 ** 6 if split else 1)
     params = {"negative_slope": 0.25} if activation == "nn.LeakyReLU" else {}
-    layer = None if activation is None else make_layer(activation, params=params, input_shapes=[(1,)])
+    layer = None if activation is None else make_layer(activation, backend="opencl", params=params, input_shapes=[(1,)])
     epilogue = KernelEpilogue.of(epilogue_steps(layer))
     items, m, n, k = 2, 21, 34, 600
     a = RNG.standard_normal((m, k), dtype=np.float32)
@@ -214,7 +214,7 @@ def test_the_epilogue_adds_the_residual_then_activates(cl_runtime, monkeypatch, 
 
 
 def test_only_a_sum_then_an_activation_fits_in_the_kernel():
-    relu, sigmoid, gelu = (make_layer(t, input_shapes=[(1,)]) for t in ("nn.ReLU", "nn.Sigmoid", "nn.GELU"))
+    relu, sigmoid, gelu = (make_layer(t, backend="opencl", input_shapes=[(1,)]) for t in ("nn.ReLU", "nn.Sigmoid", "nn.GELU"))
     assert KernelEpilogue.of([EpilogueStep(relu)]).options == ["-DACT=act_relu"]
     assert KernelEpilogue.of(epilogue_steps(sigmoid)).options == ["-DADD", "-DACT=act_sigmoid"]
     assert KernelEpilogue.of([EpilogueStep(gelu)]).options == ["-DACT=act_gelu"]
