@@ -24,6 +24,11 @@ from kuiper.layers import (  # noqa: F401
     batchnorm2d,
     layer_norm,
     attention,
+    # language models (kuiper/llm/ writes graphs of these)
+    embedding,
+    rms_norm,
+    rotary,
+    cached_attention,
     # pooling and resizing
     pooling,
     adaptive_pool,
@@ -49,6 +54,7 @@ from kuiper.layers import (  # noqa: F401
     identity,
     # constants and arithmetic
     attribute,
+    arange,
     expression,
     aten,
 )
