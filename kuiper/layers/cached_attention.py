@@ -83,9 +83,9 @@ class CachedAttention(Layer):
         return [np.dtype(np.float32)]
 
     def workspace_bytes(self, input_shapes):
-        batch, _, tokens, _ = input_shapes[0]
-        scores = batch * self.num_heads * tokens * self.max_positions * 4  # at most, when the cache is full
-        return self.cache_bytes(batch) + scores
+        # the cache alone: the scores, (B, num_heads, S, positions so far), are a temporary of forward, as other
+        # layers' are
+        return self.cache_bytes(input_shapes[0][0])
 
     def macs(self, input_shapes, output_shapes):
         batch, _, tokens, _ = input_shapes[0]

@@ -65,7 +65,8 @@ def test_embedding_refuses_float_ids_and_bad_tables():
 
 def test_embedding_every_path():
     assert_every_path_matches_reference("nn.Embedding", RNG.integers(0, 50, (2, 9)),
-                                        params=dict(num_embeddings=50, embedding_dim=16), attrs=dict(weight=data(50, 16)))
+                                        params=dict(num_embeddings=50, embedding_dim=16),
+                                        attrs=dict(weight=data(50, 16)))
 
 
 # ---- nn.RMSNorm, F.rms_norm -------------------------------------------------------------------------------
@@ -123,7 +124,8 @@ def test_rms_norm_every_path():
     assert_every_path_matches_reference("nn.RMSNorm", data(1, 7, 64, scale=4),
                                         params=dict(normalized_shape=[64], eps=1e-6, elementwise_affine=False),
                                         attrs=dict(weight=data(64)))
-    assert_every_path_matches_reference("F.rms_norm", data(3, 32), data(32), params=dict(normalized_shape=[32], eps=1e-5))
+    assert_every_path_matches_reference("F.rms_norm", data(3, 32), data(32),
+                                        params=dict(normalized_shape=[32], eps=1e-5))
 
 
 # ---- kuiper.RotaryEmbedding ----------------------------------------------------------------------------------
@@ -297,7 +299,7 @@ def test_the_cache_is_counted_as_the_layers_kept_workspace():
     assert layer.keeps_workspace
     cache = 2 * 2 * 100 * 16 * 4  # keys and values, kv heads x positions x head_dim float32
     assert layer.cache_bytes(1) == cache
-    assert layer.workspace_bytes([(1, 8, 1, 16)] * 3 + [(1,)]) >= cache
+    assert layer.workspace_bytes([(1, 8, 1, 16)] * 3 + [(1,)]) == cache
     layer.run_numpy(data(1, 8, 1, 16), data(1, 2, 1, 16), data(1, 2, 1, 16), np.array([0]))
     assert layer.cache_k.nbytes + layer.cache_v.nbytes == cache
 
