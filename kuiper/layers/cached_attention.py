@@ -88,8 +88,10 @@ class CachedAttention(Layer):
         return self.cache_bytes(input_shapes[0][0])
 
     def macs(self, input_shapes, output_shapes):
+        # a prefill of S tokens from an empty cache: S keys for each query (q.k, then the weights times v); a
+        # decode step at position p reads p + 1 keys, which the shapes alone do not tell
         batch, _, tokens, _ = input_shapes[0]
-        return 2 * batch * self.num_heads * tokens * self.max_positions * self.head_dim  # at most: q.k, then @ v
+        return 2 * batch * self.num_heads * tokens * tokens * self.head_dim
 
     def check_positions(self, positions: np.ndarray) -> int:
         """The first position, after checking that the positions continue (or restart) what the cache holds."""
