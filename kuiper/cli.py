@@ -1,4 +1,6 @@
-"""The `kuiper` command line: run, inspect, export, devices, lessons.
+"""The `kuiper` command line: run, inspect, export, devices, lessons, generate, chat.
+
+The language-model commands (generate, chat, inspect of a model directory) live in kuiper/llm/commands.py.
 
 Errors print one line and exit with status 1 (2 for a usage error, as argparse does); `--debug`, before or after
 the command, shows the traceback instead. Warnings print one line each.
@@ -158,7 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     inspect = sub.add_parser("inspect", parents=[common, custom], help="operators, shapes, FLOPs, memory of a model")
-    inspect.add_argument("model", nargs="?", help="a .pnnx.param file (default: the embedded ResNet-18)")
+    inspect.add_argument("model", nargs="?", help="a .pnnx.param file, or a language model's directory "
+                                                  "(default: the embedded ResNet-18)")
     inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W", type=_shape,
                          help="inspect at this input shape (once per graph input)")
     inspect.add_argument("--graph", metavar="FILE", help="draw the graph: .mmd (mermaid), .dot, or .svg/.png via graphviz")
@@ -195,6 +198,10 @@ def _parser() -> argparse.ArgumentParser:
     lesson.add_argument("number", type=int, help="the lesson number")
     lesson.add_argument("--output", action="store_true", help="show pytest's output even when it passes")
     lesson.set_defaults(func=cmd_lesson)
+
+    from kuiper.llm import commands as llm_commands
+
+    llm_commands.add_parsers(sub, common)  # generate, chat
     return parser
 
 
@@ -517,7 +524,12 @@ def cmd_inspect(args) -> None:
     from kuiper import inspection
     from kuiper.runtime.graph import RuntimeGraph
 
+    from kuiper.llm import commands as llm_commands
+
     console = _console()
+    if llm_commands.is_model_dir(args.model):
+        llm_commands.inspect(args, console)
+        return
     param = Path(args.model) if args.model else default_model()
     _require(param, "model")
     graph = RuntimeGraph(param, backend=args.backend, custom_ops=args.custom_op).init()

@@ -156,13 +156,15 @@ class LanguageModel:
 
     def tokens(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                seed: int | None = None):
-        """Yield the new token ids one by one: prefill, then a decode step per token, until an end-of-sequence
-        token (not yielded), max_new_tokens, or the end of the context."""
+        """An iterator over the new token ids: prefill, then a decode step per token, until an end-of-sequence
+        token (not yielded), max_new_tokens, or the end of the context. The options and the prompt are checked
+        now, before the first token is asked for."""
         options = SamplingOptions(temperature, top_k, top_p)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ConfigError(f"max_new_tokens={max_new_tokens!r}: give a whole number >= 0")
-        ids = self._prompt(ids)
-        rng = np.random.default_rng(seed)
+        return self._tokens(self._prompt(ids), max_new_tokens, options, np.random.default_rng(seed))
+
+    def _tokens(self, ids: list, max_new_tokens: int, options: SamplingOptions, rng):
         timings = self.last_timings = Timings()
         self.reset()
         started = time.perf_counter()
@@ -189,11 +191,15 @@ class LanguageModel:
 
     def stream(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                seed: int | None = None):
-        """Yield the generated text piece by piece as it decodes (streaming.py). `prompt` is text (encoded
-        with the tokenizer's special tokens) or a list of token ids."""
+        """An iterator over the generated text, piece by piece as it decodes (streaming.py). `prompt` is text
+        (encoded with the tokenizer's special tokens) or a list of token ids."""
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        text = TextStream(self.tokenizer, ids)
-        for token in self.tokens(ids, max_new_tokens, temperature, top_k, top_p, seed):
+        return self._pieces(TextStream(self.tokenizer, ids),
+                            self.tokens(ids, max_new_tokens, temperature, top_k, top_p, seed))
+
+    @staticmethod
+    def _pieces(text: TextStream, tokens):
+        for token in tokens:
             piece = text.push(token)
             if piece:
                 yield piece
