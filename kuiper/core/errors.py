@@ -65,6 +65,12 @@ class ImageError(KuiperError, ValueError):
     """An image cannot be read, or a folder holds none; the message names the file or folder."""
 
 
+class CheckpointError(KuiperError, ValueError):
+    """A language model's checkpoint directory cannot be used (kuiper/llm/): a file missing or malformed, a key
+    of config.json unsupported, a tensor missing or of the wrong shape or dtype; the message names the file and
+    the key or tensor, in one line."""
+
+
 class ExportError(KuiperError):
     """A model cannot be built or exported to PNNX (unknown name, missing factory, pnnx failing); the message
     says which, in one line."""

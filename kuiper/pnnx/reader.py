@@ -37,18 +37,26 @@ _COUNT = re.compile(r"[0-9]+")
 _tokens = re.compile(r"[^ \t\r\v\f]+").findall
 
 
-def load(param_path, bin_path=None) -> Graph:
+def load(param_path, bin_path=None, weights=None, text: str | None = None) -> Graph:
     """Read a model: the .param file, and the .bin (default: the param path with its last suffix,
     normally `.param`, replaced by `.bin`) when some operator declares an `@` attribute; otherwise the
     .bin is not opened and Graph.bin_path is None. Attribute data are read-only zero-copy views of the
-    memory-mapped .bin."""
-    graph = parse_param(param_path)
+    memory-mapped .bin.
+
+    A graph written by a program rather than read from disk gives `text` (the .param's content; `param_path`
+    then only names it in messages) and may give `weights` instead of a .bin: any store with a `path` and the
+    method `view(name, dtype, shape, declared_at)` of BinFile, as kuiper.llm binds a Hugging Face checkpoint's
+    tensors to the decoder graph it writes."""
+    graph = parse_param(param_path, text)
     declared = [(op, attr) for op in graph.operators for attr in op.attrs.values()]
     if not declared:
         return graph  # nothing to read: a missing .bin is fine, and bin_path stays None
-    if bin_path is None:
-        bin_path = Path(graph.param_path).with_suffix(".bin")
-    store = BinFile(bin_path)
+    if weights is not None:
+        store = weights
+    else:
+        if bin_path is None:
+            bin_path = Path(graph.param_path).with_suffix(".bin")
+        store = BinFile(bin_path)
     for op, attr in declared:
         attr.data = store.view(f"{op.name}.{attr.name}", attr.dtype, attr.shape,
                                declared_at=f"{graph.param_path}:{op.line}")
@@ -56,10 +64,11 @@ def load(param_path, bin_path=None) -> Graph:
     return graph
 
 
-def parse_param(path) -> Graph:
-    """Read a .param file alone. Attributes are declared but carry no data (`data` is None)."""
+def parse_param(path, text: str | None = None) -> Graph:
+    """Read a .param file alone (or its `text`, `path` naming it). Attributes are declared but carry no data
+    (`data` is None)."""
     path = os.fspath(path)
-    lines = _read_lines(path)
+    lines = _read_lines(path) if text is None else text.split("\n")
     if _tokens(lines[0]) != [MAGIC]:
         raise PnnxFormatError(f"{path}:1: expected the magic number {MAGIC}, got {lines[0].strip()[:40]!r}")
     if len(lines) < 2:
@@ -74,8 +83,8 @@ def parse_param(path) -> Graph:
         body.pop()
     builder = _GraphBuilder(path)
     # lines first, counts after: a broken line is reported where it is, not as a count mismatch
-    for number, text in enumerate(body[:n_operators], start=3):
-        builder.add_line(number, text)
+    for number, line in enumerate(body[:n_operators], start=3):
+        builder.add_line(number, line)
     if len(body) < n_operators:
         raise PnnxFormatError(f"{path}:{len(body) + 3}: the file ends after {len(body)} operator lines, "
                               f"but line 2 declares {n_operators} (truncated?)")

@@ -10,6 +10,7 @@ import numpy as np
 from kuiper.core.errors import GraphError, InputError, KuiperWarning, ShapeError
 from kuiper.core.operators import INPUT, OUTPUT, TUPLE
 from kuiper.core.tensor import Tensor
+from kuiper.pnnx.dtypes import numpy_dtype
 
 
 def fmt(shape) -> str:
@@ -96,15 +97,28 @@ def input_ranks(input_operators: list, signature: list) -> None:
             raise InputError(f"{_where(op)}: expected shape {fmt(expected)}, given {fmt(shape)} (wrong rank)")
 
 
+def input_dtype(op) -> np.dtype:
+    """The dtype forward runs a graph input in: an integer input (token ids, positions: `#0=(1,?)i64`) in the
+    integer type the file records, any other in float32."""
+    recorded = numpy_dtype(op.output_operand.dtype)
+    return recorded if recorded.kind in "iu" else np.dtype(np.float32)
+
+
 def input_arrays(input_operators: list, inputs: tuple) -> list:
-    """The arrays as forward runs them: float32 (float64 and float16 converted, with a warning) and C-contiguous."""
+    """The arrays as forward runs them, C-contiguous: float32 for float inputs (float64 and float16 converted,
+    with a warning), the recorded integer type for integer ones (other integer types converted)."""
     arrays = []
     for op, x in zip(input_operators, inputs):
         if isinstance(x, Tensor):
             x = x.data
         if not isinstance(x, np.ndarray):
             raise InputError(f"{_where(op)}: expected a numpy array, got {type(x).__name__}")
-        if x.dtype != np.float32:
+        expected = input_dtype(op)
+        if expected.kind in "iu":
+            if x.dtype.kind not in "iu":
+                raise InputError(f"{_where(op)}: expected integer data ({expected}), got {x.dtype}")
+            x = x.astype(expected, copy=False)
+        elif x.dtype != np.float32:
             if x.dtype not in (np.float64, np.float16):
                 raise InputError(f"{_where(op)}: expected float32 data, got {x.dtype}")
             warnings.warn(f"{_where(op)}: {x.dtype} input converted to float32", KuiperWarning, stacklevel=4)

@@ -37,7 +37,6 @@ from kuiper.core.errors import BackendError, ConfigError, GraphError, ShapeError
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
-from kuiper.pnnx.dtypes import numpy_dtype
 from kuiper.runtime import checks, copies, fusion, memory
 from kuiper.runtime.backends import BACKENDS
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
@@ -65,7 +64,7 @@ class RuntimeGraph:
 
     def __init__(self, param_path, bin_path=None, backend: str = "numpy", device: str | None = None,
                  schedule: str = "inorder", custom_ops=None, tuning: str | None = None, memory_limit=None,
-                 max_plans: int = MAX_PLANS, precision: str = "fp32"):
+                 max_plans: int = MAX_PLANS, precision: str = "fp32", text: str | None = None, weights=None):
         if backend not in BACKENDS:
             raise BackendError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
         if schedule not in SCHEDULES:
@@ -82,6 +81,9 @@ class RuntimeGraph:
         self._memory_limit = memory.configured(memory_limit)
         self.param_path = str(param_path)
         self.bin_path = None if bin_path is None else str(bin_path)
+        # a graph written by a program: the .param's text (param_path names it) and a store of its weights in
+        # place of a .bin (kuiper/pnnx/reader.py load; kuiper/llm/ writes a decoder so)
+        self.text, self.weights = text, weights
         self.backend = backend
         self.device = device
         self.schedule = schedule
@@ -117,7 +119,7 @@ class RuntimeGraph:
 
     # ---- init: records -> linked runtime objects --------------------------------------------------
     def init(self) -> "RuntimeGraph":
-        records = pnnx.load(self.param_path, self.bin_path)
+        records = pnnx.load(self.param_path, self.bin_path, self.weights, self.text)
         self.bin_path = records.bin_path
         self.operands = {
             name: RuntimeOperand(name, rec.shape, rec.dtype) for name, rec in records.operands.items()
@@ -184,7 +186,7 @@ class RuntimeGraph:
         self.executor.build(self.order)
         recorded = [op.output_operand.shape for op in self.input_operators]
         if all(s is not None and all(isinstance(d, int) for d in s) for s in recorded):
-            dtypes = [numpy_dtype(op.output_operand.dtype) for op in self.input_operators]
+            dtypes = [checks.input_dtype(op) for op in self.input_operators]
             signature = tuple(zip(map(tuple, recorded), dtypes))
             plan = self._layout(signature)
             checks.recorded_shapes(plan, self.operands, self.param_path)
@@ -358,19 +360,20 @@ class RuntimeGraph:
             operand.tensor = None
 
     def plan_for(self, *shapes) -> ExecutionPlan:
-        """The execution plan (shapes, buffers) for float32 inputs of these shapes, kept like forward's."""
-        return self._plan(self._float32(shapes, "plan_for"))
+        """The execution plan (shapes, buffers) for inputs of these shapes, kept like forward's: float32 inputs,
+        or integer ones where the file records an integer input."""
+        return self._plan(self._shaped(shapes, "plan_for"))
 
     def layout_for(self, *shapes) -> ExecutionPlan:
-        """The plan for float32 inputs of these shapes as a layout only: every shape inferred and the buffers'
-        sizes laid out (`planned_bytes`), but nothing allocated, kept or held to the memory limit."""
-        return self._layout(self._float32(shapes, "layout_for"))
+        """The plan for inputs of these shapes as a layout only: every shape inferred and the buffers' sizes laid
+        out (`planned_bytes`), but nothing allocated, kept or held to the memory limit."""
+        return self._layout(self._shaped(shapes, "layout_for"))
 
-    def _float32(self, shapes, caller: str) -> list:
+    def _shaped(self, shapes, caller: str) -> list:
         if self.state != GraphState.COMPLETE:
             raise GraphError(f"{self.param_path}: build() the graph first")
         checks.input_count(self.input_operators, len(shapes), caller, self.param_path)
-        signature = [(tuple(s), np.dtype(np.float32)) for s in shapes]
+        signature = [(tuple(s), checks.input_dtype(op)) for s, op in zip(shapes, self.input_operators)]
         checks.input_ranks(self.input_operators, signature)
         return signature
 

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from kuiper.app.cli.common import CliError, default_model, require, rich_console, shape
+from kuiper.app.cli.generate import inspect_model, is_model_dir
 from kuiper.layers.reshape import ViewLayer
 from kuiper.runtime.backends import BACKENDS
 
@@ -16,7 +17,8 @@ from kuiper.runtime.backends import BACKENDS
 def add_parser(sub, common, custom) -> None:
     """The inspect command and its options."""
     inspect = sub.add_parser("inspect", parents=[common, custom], help="operators, shapes, FLOPs, memory of a model")
-    inspect.add_argument("model", nargs="?", help="a .pnnx.param file (default: the embedded ResNet-18)")
+    inspect.add_argument("model", nargs="?", help="a .pnnx.param file, or a language model's directory "
+                                                  "(default: the embedded ResNet-18)")
     inspect.add_argument("--input-shape", action="append", metavar="N,C,H,W", type=shape,
                          help="inspect at this input shape (once per graph input)")
     inspect.add_argument("--graph", metavar="FILE", help="draw the graph: .mmd (mermaid), .dot, or .svg/.png via graphviz")
@@ -34,6 +36,9 @@ def cmd_inspect(args) -> None:
     from kuiper.runtime.graph import RuntimeGraph
 
     console = rich_console()
+    if is_model_dir(args.model):
+        inspect_model(args, console)
+        return
     param = Path(args.model) if args.model else default_model()
     require(param, "model")
     graph = RuntimeGraph(param, backend=args.backend, custom_ops=args.custom_op).init()
