@@ -25,6 +25,11 @@ from kuiper.layers import (  # noqa: F401
     layer_norm,
     attention,
     multihead_attention,
+    # language models (kuiper/llm/ writes graphs of these)
+    embedding,
+    rms_norm,
+    rotary,
+    cached_attention,
     # pooling and resizing
     pooling,
     adaptive_pool,
@@ -50,6 +55,7 @@ from kuiper.layers import (  # noqa: F401
     identity,
     # constants and arithmetic
     attribute,
+    arange,
     expression,
     aten,
 )
