@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from kuiper.errors import InputError
+from kuiper.core.errors import InputError
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kuiper.errors import InputError
+from kuiper.core.errors import InputError
 from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import assert_every_path_matches_reference
-from kuiper.errors import InputError, LayerError, ShapeError
+from kuiper.core.errors import InputError, LayerError, ShapeError
 from kuiper.layers.rotary import inverse_frequencies
-from kuiper.runtime.operators import make_layer
+from kuiper.core.operators import make_layer
 
 RNG = np.random.default_rng(40)
 
