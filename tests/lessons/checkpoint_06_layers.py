@@ -7,7 +7,7 @@ import pytest
 import kuiper
 from kuiper.core.errors import LayerError
 from kuiper.layers.elementwise import ElementwiseLayer
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import exercise
 
 ex = exercise(6)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kuiper.layers.pooling import pooled_size
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import exercise
 
 ex = exercise(7)

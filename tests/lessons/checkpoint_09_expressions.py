@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kuiper.layers.expression_parser import Call, Operand, parse, to_rpn
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import MODEL_PARAMS, exercise, param_lines
 
 ex = exercise(9)

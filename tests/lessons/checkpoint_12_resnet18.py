@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper.pnnx
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import MODEL_PARAMS, RESNET, exercise
 
 ex = exercise(12)

@@ -5,7 +5,7 @@ F(4x4)."""
 import numpy as np
 import pytest
 
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from kuiper.core.winograd import F2, F4
 from lesson_tools import exercise
 

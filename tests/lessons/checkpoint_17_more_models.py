@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import exercise, model_case
 
 ex = exercise(17)

@@ -6,7 +6,7 @@ import pyopencl as cl
 import pytest
 
 from kuiper.opencl import get_runtime
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 from lesson_tools import exercise
 
 # a driver's build log (warnings, or its notes on vectorizing) is not a failure

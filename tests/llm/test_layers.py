@@ -12,7 +12,7 @@ import pytest
 from conftest import assert_every_path_matches_reference
 from kuiper.core.errors import InputError, LayerError, ShapeError
 from kuiper.layers.rotary import inverse_frequencies
-from kuiper.core.operators import make_layer
+from kuiper.runtime.backends import make_layer
 
 RNG = np.random.default_rng(40)
 
