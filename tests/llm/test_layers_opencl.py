@@ -152,8 +152,8 @@ def test_cached_attention_over_a_sequence_on_every_path(sequence, heads, kv_head
 
 
 def test_cached_attention_with_two_sequences_a_batch():
-    steps = steps_for(4, 2, 8, [range(0, 5), [5], [6]], batch=2)
-    assert_every_path_follows_the_reference(4, 2, 8, steps, max_positions=8)
+    steps = steps_for(4, 2, 8, [range(0, 7), [7], [8]], batch=2)
+    assert_every_path_follows_the_reference(4, 2, 8, steps, max_positions=9)
 
 
 @pytest.mark.skipif(not OPENCL_DEVICES, reason="no usable OpenCL device")
