@@ -10,8 +10,9 @@
 // of floats hi + lo (t to about 48 bits), and the kernel works out p * t modulo 1 exactly enough:
 //   p * hi = whole + err exactly (fma gives err, the rounding of the product), p exact below 2^24;
 //   whole - rint(whole) is exact (a float near an integer minus that integer);
-//   the fraction of a turn is that plus err + p * lo, a number below one in size, good to float precision.
-// cos and sin then see an angle within about 1e-6 rad of the reference's float64 one at any position.
+//   the fraction of a turn is that plus err + p * lo, below 1 in size, good to float precision.
+// The fraction then gives sin and cos within about 1e-6 of the reference's float64 ones at any position
+// (turn_sincos): in turns, the quarter turns come off exactly, and short polynomials do the rest.
 
 #include "store.h"
 
@@ -19,23 +20,35 @@
 #define INDEX long  // the positions' integer type (kuiper/opencl/indices.py)
 #endif
 
-// One work-item per pair and token: the cos and sin are computed once and turn the pair in every row.
-// The turns are uploaded as bits (uint), so that fp16 storage does not round them to half.
+// (sin, cos) of t turns, |t| below 1: the nearest quarter turn k / 4 comes off exactly (t and k / 4 are
+// within a factor of two, or k is 0), leaving r = 2 pi (t - k / 4) in [-pi/4, pi/4], where the Taylor polynomials
+// of degree 9 and 10 are good to float precision (the next terms are below 2e-9); the quarter turns then swap
+// and negate sin and cos. k & 3 is k modulo 4 for negative k too (two's complement).
+inline float2 turn_sincos(const float t) {
+    const float k = rint(4.0f * t);
+    const float r = (t - 0.25f * k) * 6.28318530717958647692f;
+    const float r2 = r * r;
+    const float s = r * (1.0f + r2 * (-1.0f / 6 + r2 * (1.0f / 120 + r2 * (-1.0f / 5040 + r2 * (1.0f / 362880)))));
+    const float c = 1.0f + r2 * (-0.5f + r2 * (1.0f / 24 + r2 * (-1.0f / 720 + r2 * (1.0f / 40320 +
+                    r2 * (-1.0f / 3628800)))));
+    const int quarter = (int)k & 3;
+    return quarter == 0 ? (float2)(s, c) : quarter == 1 ? (float2)(c, -s) : quarter == 2 ? (float2)(-s, -c)
+                                                                                             : (float2)(-c, s);
+}
+
+// One work-item per pair and token, launched exactly (pairs, tokens): the cos and sin are computed once and turn
+// the pair in every row. The turns are uploaded as bits (uint), so that fp16 storage does not round them to half.
 __kernel void rotary(__global store_t* restrict out, __global const store_t* restrict x,
                      __global const INDEX* restrict positions, __global const uint* restrict turns,
                      const int rows, const int tokens, const int pairs) {
     const int i = get_global_id(0);
     const int s = get_global_id(1);
-    if (i >= pairs || s >= tokens) {
-        return;
-    }
     const float p = (float)positions[s];
     const float hi = as_float(turns[2 * i]), lo = as_float(turns[2 * i + 1]);
     const float whole = p * hi;
     const float err = fma(p, hi, -whole);
-    const float fraction = (whole - rint(whole)) + (err + p * lo);
-    const float angle = fraction * 6.28318530717958647692f;
-    const float c = cos(angle), sn = sin(angle);
+    const float2 turned = turn_sincos((whole - rint(whole)) + (err + p * lo));
+    const float sn = turned.x, c = turned.y;
     const long step = (long)tokens * 2 * pairs;  // from one row to the next
     long at = (long)s * 2 * pairs + i;
     for (int r = 0; r < rows; ++r, at += step) {

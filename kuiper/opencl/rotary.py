@@ -19,7 +19,6 @@ from kuiper.layers import rotary
 from kuiper.opencl.indices import IndexKernels
 from kuiper.opencl.layer import OpenCLLayer
 from kuiper.opencl.registry import opencl
-from kuiper.opencl.runtime import round_up
 
 
 def turn_pairs(inv_freq: np.ndarray) -> np.ndarray:
@@ -44,5 +43,5 @@ class RotaryEmbedding(OpenCLLayer, rotary.RotaryEmbedding):
             return
         batch, heads, tokens, dim = x.shape
         half = dim // 2
-        q.run(self.cl_rotary[positions.dtype], (round_up(half, 16), tokens), None, out.buffer, x.buffer,
-              positions.buffer, self.cl_turns, batch * heads, tokens, half)
+        q.run(self.cl_rotary[positions.dtype], (half, tokens), None, out.buffer, x.buffer, positions.buffer,
+              self.cl_turns, batch * heads, tokens, half)

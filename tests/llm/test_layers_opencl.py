@@ -65,7 +65,7 @@ LLAMA3 = dict(rope_theta=500000.0, rope_type="llama3", factor=32.0, low_freq_fac
               original_max_position_embeddings=64)
 
 
-@pytest.mark.parametrize("positions", [[0], [5, 6, 7], [0, 1, 2, 3, 4, 5, 6], [4093], [131070, 131071]])
+@pytest.mark.parametrize("positions", [[0], [5, 6, 7], [0, 1, 2, 3, 4, 5, 6], [4093], [131070, 131071], [16000000]])
 @pytest.mark.parametrize("params", [dict(head_dim=64, rope_theta=10000.0), dict(head_dim=32, **LLAMA3),
                                     dict(head_dim=6, rope_theta=100.0, rope_type="linear", factor=4.0)])
 def test_rotary_embedding_every_path(positions, params):
