@@ -102,21 +102,14 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
         sum = sum * rescale + group_reduce(part, reduce, false);  // its barriers publish the weights to the group
         m = next;
         const long values_at = keys_at + (long)first * dim;
-        if (size == 1) {
+        if (size == 1) {  // the values row by row, unit-stride
             for (int d = 0; d < dim; ++d) {
                 acc[d] *= rescale;
             }
             for (int j = 0; j < n; ++j) {
                 const float w = weights[j];
                 const long v_at = values_at + (long)j * dim;
-                int d = 0;
-                for (; d + 8 <= dim; d += 8) {
-                    const float8 a = (float8)(acc[d], acc[d + 1], acc[d + 2], acc[d + 3], acc[d + 4], acc[d + 5],
-                                              acc[d + 6], acc[d + 7]) + w * LOAD8(cache_v, v_at + d);
-                    acc[d] = a.s0; acc[d + 1] = a.s1; acc[d + 2] = a.s2; acc[d + 3] = a.s3;
-                    acc[d + 4] = a.s4; acc[d + 5] = a.s5; acc[d + 6] = a.s6; acc[d + 7] = a.s7;
-                }
-                for (; d < dim; ++d) {
+                for (int d = 0; d < dim; ++d) {
                     acc[d] += w * LOAD(cache_v, v_at + d);
                 }
             }
