@@ -1,5 +1,6 @@
 // LayerNorm and GroupNorm (kuiper/opencl/layer_norm.py): the input seen as rows of `length` contiguous
 // elements, each row normalised by its own mean and biased variance, then an optional weight and bias.
+// RMSNorm (kuiper/opencl/rms_norm.py): the same rows divided by their root mean square, then a weight.
 //
 // Element j of row r takes weight and bias index ((r % groups) * length + j) / inner: for LayerNorm
 // (groups = inner = 1) that is j, one value per normalised element; for GroupNorm, whose row is one group
@@ -50,6 +51,23 @@ __kernel OWN_LANES void norm_rows(__global store_t* restrict y, __global const s
         float v = (LOAD(x, start + j) - mean) * scale;
         if (has_weight) v *= LOAD(weight, c);
         if (has_bias) v += LOAD(bias, c);
+        STORE(y, start + j, v);
+    }
+}
+
+// RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight, one work-group per row as norm_rows, with one pass over the
+// row instead of two (no mean to subtract). The weight runs along the row (index j).
+__kernel OWN_LANES void rms_rows(__global store_t* restrict y, __global const store_t* restrict x,
+                                 __global const store_t* restrict weight, const int has_weight, const int length,
+                                 const float eps, __local float* scratch) {
+    const int lid = get_local_id(0);
+    const int size = get_local_size(0);
+    const long start = (long)get_group_id(0) * length;
+    const float squares = group_reduce(partial_sum(x, start, length, lid, size, 0.0f, true), scratch, false);
+    const float scale = 1.0f / sqrt(squares / length + eps);
+    for (int j = lid; j < length; j += size) {
+        float v = LOAD(x, start + j) * scale;
+        if (has_weight) v *= LOAD(weight, j);
         STORE(y, start + j, v);
     }
 }

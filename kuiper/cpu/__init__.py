@@ -6,3 +6,4 @@ from kuiper.cpu import attention, layer_norm  # noqa: F401  (registers the fast 
 from kuiper.cpu import matmul  # noqa: F401  (registers the fast layers)
 from kuiper.cpu import activations  # noqa: F401  (registers the fast layers)
 from kuiper.cpu import adaptive_pool  # noqa: F401  (registers the fast layers)
+from kuiper.cpu import cached_attention, rms_norm  # noqa: F401  (registers the fast layers)

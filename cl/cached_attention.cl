@@ -1,0 +1,195 @@
+// Causal grouped-query attention over a KV cache on the device (kuiper/opencl/cached_attention.py).
+//
+//   cache_k, cache_v (B, KV, M, D)     M = max_positions, written at positions start .. start + S - 1
+//   q, out           (B, H, S, D)      query head h reads K/V head h / (H / KV); token s sees 0 .. start + s
+//
+// cache_write puts the step's keys and values in place; cached_attention then gives each query row (b, h, s)
+// to a work-group, which walks its keys in chunks with a running softmax (the "online softmax" of
+// FlashAttention): the scores of a chunk, their maximum and sum, and the weighted values added to an
+// accumulator rescaled by exp(old maximum - new maximum). Nothing of size S x keys is ever stored: the work
+// space is a chunk of weights in local memory, whatever the context. On CPUs cached_attention_rows does the
+// same with a work-item per row, its query and accumulator in registers.
+
+#include "store.h"
+#include "lanes.h"
+#include "group_reduce.h"
+#include "activations.h"  // exp_fit
+
+// k, v (B, KV, S, D) -> the cache at positions start ..: for each K/V head the S x D elements are contiguous
+// on both sides. Dimension 0 walks them, dimension 1 the (b, kv) heads.
+__kernel void cache_write(__global store_t* restrict cache_k, __global store_t* restrict cache_v,
+                          __global const store_t* restrict k, __global const store_t* restrict v,
+                          const int count, const int max_positions, const int dim, const int start) {
+    const int i = get_global_id(0);
+    if (i >= count) {  // count = S x D
+        return;
+    }
+    const long head = get_global_id(1);
+    const long from = head * count + i;
+    const long to = (head * max_positions + start) * dim + i;
+    STORE(cache_k, to, LOAD(k, from));
+    STORE(cache_v, to, LOAD(v, from));
+}
+
+// query . key, the query already in local memory: eight running sums, as norm.cl's partial_sum, so that a
+// work-item that walks the keys alone (CPUs) does not wait on each addition
+inline float dot_row(__local const float* query, __global const store_t* key, const long at, const int dim) {
+    float8 s8 = 0.0f;
+    int d = 0;
+    for (; d + 8 <= dim; d += 8) {
+        const float8 qv = (float8)(query[d], query[d + 1], query[d + 2], query[d + 3], query[d + 4], query[d + 5],
+                                   query[d + 6], query[d + 7]);
+        s8 += qv * LOAD8(key, at + d);
+    }
+    const float4 s4 = s8.lo + s8.hi;
+    float s = (s4.x + s4.y) + (s4.z + s4.w);
+    for (; d < dim; ++d) {
+        s += query[d] * LOAD(key, at + d);
+    }
+    return s;
+}
+
+// One work-group per query row, rows ordered (b, h, s). `space` holds, one after the other: the group's
+// reduction space (size), a chunk's weights (chunk), the scaled query (dim) and the accumulator (dim).
+// A GPU's group takes a chunk of `size` keys at a time, a key per work-item for the scores and a coordinate per
+// work-item for the values (reads of v unit-stride across the group). A group of one work-item (a CPU, where
+// head_dim is not a multiple of 8) walks `chunk` keys, and the values row by row.
+__kernel OWN_LANES void cached_attention(__global store_t* restrict out, __global const store_t* restrict q,
+                                         __global const store_t* restrict cache_k,
+                                         __global const store_t* restrict cache_v, const int heads,
+                                         const int kv_heads, const int tokens, const int dim, const int max_positions,
+                                         const int start, const float scale, const int chunk, __local float* space) {
+    const int lid = get_local_id(0);
+    const int size = get_local_size(0);
+    const int row = get_group_id(0);
+    __local float* reduce = space;
+    __local float* weights = reduce + size;
+    __local float* query = weights + chunk;
+    __local float* acc = query + dim;
+
+    const int s = row % tokens;
+    const int bh = row / tokens;  // b * heads + h
+    const int kv = (bh / heads) * kv_heads + (bh % heads) / (heads / kv_heads);
+    const long keys_at = (long)kv * max_positions * dim;  // this K/V head's cache
+    const long at = (long)row * dim;                       // this row of q and out
+    const int keys = start + s + 1;                        // causal: positions 0 .. start + s
+    for (int d = lid; d < dim; d += size) {
+        query[d] = LOAD(q, at + d) * scale;
+        acc[d] = 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    float m = -INFINITY;  // the largest score so far
+    float sum = 0.0f;     // the sum of exp(score - m) so far
+    for (int first = 0; first < keys; first += chunk) {
+        const int n = min(chunk, keys - first);
+        float top = -INFINITY;
+        for (int j = lid; j < n; j += size) {
+            const float score = dot_row(query, cache_k, keys_at + (long)(first + j) * dim, dim);
+            weights[j] = score;
+            top = score > top ? score : top;
+        }
+        // every chunk holds a key, so `next` is finite; at the first, exp(-inf) = 0 scales the empty sums away
+        top = group_reduce(top, reduce, true);
+        const float next = top > m ? top : m;
+        const float rescale = exp_fit(m - next);
+        float part = 0.0f;
+        for (int j = lid; j < n; j += size) {  // each work-item rewrites the weights it wrote itself
+            const float e = exp_fit(weights[j] - next);
+            weights[j] = e;
+            part += e;
+        }
+        sum = sum * rescale + group_reduce(part, reduce, false);  // its barriers publish the weights to the group
+        m = next;
+        const long values_at = keys_at + (long)first * dim;
+        if (size == 1) {  // the values row by row, unit-stride
+            for (int d = 0; d < dim; ++d) {
+                acc[d] *= rescale;
+            }
+            for (int j = 0; j < n; ++j) {
+                const float w = weights[j];
+                const long v_at = values_at + (long)j * dim;
+                for (int d = 0; d < dim; ++d) {
+                    acc[d] += w * LOAD(cache_v, v_at + d);
+                }
+            }
+        } else {
+            for (int d = lid; d < dim; d += size) {  // a coordinate per work-item: the same one at every chunk
+                float a = acc[d] * rescale;
+                for (int j = 0; j < n; ++j) {
+                    a += weights[j] * LOAD(cache_v, values_at + (long)j * dim + d);
+                }
+                acc[d] = a;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  // the next chunk overwrites the weights
+    }
+    for (int d = lid; d < dim; d += size) {
+        STORE(out, at + d, acc[d] / sum);
+    }
+}
+
+#if defined(HEAD_DIM) && HEAD_DIM % 8 == 0
+// The CPU's kernel: one work-item per query row, built for the layer's head_dim (-DHEAD_DIM) so that the query
+// and the accumulator are HEAD_DIM / 8 float8 registers and every loop over the coordinates has a known length
+// (unrolled into vector code). The scores of a chunk of CHUNK keys wait in private memory.
+#define VECS (HEAD_DIM / 8)
+#define CHUNK 128
+__kernel OWN_LANES void cached_attention_rows(__global store_t* restrict out, __global const store_t* restrict q,
+                                              __global const store_t* restrict cache_k,
+                                              __global const store_t* restrict cache_v, const int rows,
+                                              const int heads, const int kv_heads, const int tokens,
+                                              const int max_positions, const int start, const float scale) {
+    const int row = get_global_id(0);
+    if (row >= rows) {
+        return;
+    }
+    const int s = row % tokens;
+    const int bh = row / tokens;
+    const int kv = (bh / heads) * kv_heads + (bh % heads) / (heads / kv_heads);
+    const long keys_at = (long)kv * max_positions * HEAD_DIM;
+    const long at = (long)row * HEAD_DIM;
+    const int keys = start + s + 1;
+    float8 query[VECS], acc[VECS];
+    for (int c = 0; c < VECS; ++c) {
+        query[c] = LOAD8(q, at + 8 * c) * scale;
+        acc[c] = 0.0f;
+    }
+    float scores[CHUNK];
+    float m = -INFINITY, sum = 0.0f;
+    for (int first = 0; first < keys; first += CHUNK) {
+        const int n = min(CHUNK, keys - first);
+        float top = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+            const long k_at = keys_at + (long)(first + j) * HEAD_DIM;
+            float8 s8 = 0.0f;
+            for (int c = 0; c < VECS; ++c) {
+                s8 += query[c] * LOAD8(cache_k, k_at + 8 * c);
+            }
+            const float4 s4 = s8.lo + s8.hi;
+            const float score = (s4.x + s4.y) + (s4.z + s4.w);
+            scores[j] = score;
+            top = score > top ? score : top;
+        }
+        const float next = top > m ? top : m;
+        const float rescale = exp_fit(m - next);
+        for (int c = 0; c < VECS; ++c) {
+            acc[c] *= rescale;
+        }
+        float part = 0.0f;
+        for (int j = 0; j < n; ++j) {
+            const float e = exp_fit(scores[j] - next);
+            part += e;
+            const long v_at = keys_at + (long)(first + j) * HEAD_DIM;
+            for (int c = 0; c < VECS; ++c) {
+                acc[c] += e * LOAD8(cache_v, v_at + 8 * c);
+            }
+        }
+        sum = sum * rescale + part;
+        m = next;
+    }
+    for (int c = 0; c < VECS; ++c) {
+        STORE8(out, at + 8 * c, acc[c] / sum);
+    }
+}
+#endif

@@ -1,0 +1,59 @@
+// Rotary position embedding (kuiper/opencl/rotary.py): x (rows, tokens, dim), rows = B x H, each head's two
+// halves turned pair by pair, pair i of token s by angle positions[s] * inv_freq[i]:
+//
+//   out[.., s, i]         = x1 cos - x2 sin        x1 = x[.., s, i], x2 = x[.., s, i + pairs]
+//   out[.., s, i + pairs] = x2 cos + x1 sin        pairs = dim / 2
+//
+// The angle in float32 alone would be wrong at long contexts: at position 100000 and inv_freq 1 it is about
+// 1e5 radians, whose nearest float is up to 0.004 away, and cos and sin inherit that. Only the angle modulo a
+// whole turn matters, so the host gives each frequency in turns per position, t = inv_freq / 2 pi, as a pair
+// of floats hi + lo (t to about 48 bits), and the kernel works out p * t modulo 1 exactly enough:
+//   p * hi = whole + err exactly (fma gives err, the rounding of the product), p exact below 2^24;
+//   whole - rint(whole) is exact (a float near an integer minus that integer);
+//   the fraction of a turn is that plus err + p * lo, below 1 in size, good to float precision.
+// The fraction then gives sin and cos within about 1e-6 of the reference's float64 ones at any position
+// (turn_sincos): in turns, the quarter turns come off exactly, and short polynomials do the rest.
+
+#include "store.h"
+
+#ifndef INDEX
+#define INDEX long  // the positions' integer type (kuiper/opencl/indices.py)
+#endif
+
+// (sin, cos) of t turns, |t| below 1: the nearest quarter turn k / 4 comes off exactly (t and k / 4 are
+// within a factor of two, or k is 0), leaving r = 2 pi (t - k / 4) in [-pi/4, pi/4], where the Taylor polynomials
+// of degree 9 and 10 are good to float precision (the next terms are below 2e-9); the quarter turns then swap
+// and negate sin and cos. k & 3 is k modulo 4 for negative k too (two's complement).
+inline float2 turn_sincos(const float t) {
+    const float k = rint(4.0f * t);
+    const float r = (t - 0.25f * k) * 6.28318530717958647692f;
+    const float r2 = r * r;
+    const float s = r * (1.0f + r2 * (-1.0f / 6 + r2 * (1.0f / 120 + r2 * (-1.0f / 5040 + r2 * (1.0f / 362880)))));
+    const float c = 1.0f + r2 * (-0.5f + r2 * (1.0f / 24 + r2 * (-1.0f / 720 + r2 * (1.0f / 40320 +
+                    r2 * (-1.0f / 3628800)))));
+    const int quarter = (int)k & 3;
+    return quarter == 0 ? (float2)(s, c) : quarter == 1 ? (float2)(c, -s) : quarter == 2 ? (float2)(-s, -c)
+                                                                                             : (float2)(-c, s);
+}
+
+// One work-item per pair and token, launched exactly (pairs, tokens): the cos and sin are computed once and turn
+// the pair in every row. The turns are uploaded as bits (uint), so that fp16 storage does not round them to half.
+__kernel void rotary(__global store_t* restrict out, __global const store_t* restrict x,
+                     __global const INDEX* restrict positions, __global const uint* restrict turns,
+                     const int rows, const int tokens, const int pairs) {
+    const int i = get_global_id(0);
+    const int s = get_global_id(1);
+    const float p = (float)positions[s];
+    const float hi = as_float(turns[2 * i]), lo = as_float(turns[2 * i + 1]);
+    const float whole = p * hi;
+    const float err = fma(p, hi, -whole);
+    const float2 turned = turn_sincos((whole - rint(whole)) + (err + p * lo));
+    const float sn = turned.x, c = turned.y;
+    const long step = (long)tokens * 2 * pairs;  // from one row to the next
+    long at = (long)s * 2 * pairs + i;
+    for (int r = 0; r < rows; ++r, at += step) {
+        const float x1 = LOAD(x, at), x2 = LOAD(x, at + pairs);
+        STORE(out, at, x1 * c - x2 * sn);
+        STORE(out, at + pairs, x2 * c + x1 * sn);
+    }
+}
