@@ -270,24 +270,24 @@ def test_a_decoder_block_runs_on_the_device_alone(tmp_path):
     the host, and a prefill then decode steps give the numpy backend's outputs."""
     import kuiper
 
-    weights = {"embed.weight": data(50, 32), "norm.weight": data(32), "q_proj.weight": data(32, 32),
-               "k_proj.weight": data(16, 32), "v_proj.weight": data(16, 32)}
-    path = write_model(tmp_path, "decoder", DECODER, weights)
-    runs = [range(0, 7), [7], [8], [9]]
-    feeds = [(RNG.integers(0, 50, (1, len(r))), np.array(r)) for r in runs]
+    rng = np.random.default_rng(11)  # its own draws: the same weights and ids in any test order
+    shapes = {"embed.weight": (50, 32), "norm.weight": (32,), "q_proj.weight": (32, 32), "k_proj.weight": (16, 32),
+              "v_proj.weight": (16, 32)}
+    path = write_model(tmp_path, "decoder", DECODER,
+                       {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()})
+    runs = [range(0, 7), [7], [8], [9]]  # a prefill of 7 tokens, then three decode steps
+    ids = rng.integers(0, 50, (1, 10))
+    feeds = [(ids[:, r[0]:r[0] + len(r)], np.array(r)) for r in runs]
     on_host = kuiper.load(path)
-    try:
-        expected = [on_host.forward(*feed)[0] for feed in feeds]
-    except InputError as e:
-        if "expected float32 data" not in str(e):
-            raise
-        pytest.skip("the graph takes integer inputs (token ids, positions), which forward does not accept yet")
+    expected = [on_host.forward(*feed)[0] for feed in feeds]
     for spec in OPENCL_DEVICES:
         for precision in ("fp32", "fp16") if spec == OPENCL_DEVICES[0] else ("fp32",):
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # a host fallback warns
                 graph = kuiper.load(path, backend="opencl", device=spec, precision=precision)
             assert graph.host_fallbacks == []
-            rtol = FP16_RTOL if precision == "fp16" else 1e-4
+            # at fp16 six tensors in a row are stored as half, and the softmax's exponent amplifies the scores'
+            # rounding: a few times one layer's FP16_RTOL
+            rtol = 4 * FP16_RTOL if precision == "fp16" else 1e-4
             for feed, want in zip(feeds, expected):
                 assert_outputs_close([graph.forward(*feed)[0]], [want], rtol, f"{spec} {precision}")
