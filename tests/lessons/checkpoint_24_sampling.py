@@ -55,6 +55,10 @@ def test_top_p_filter_keeps_the_likeliest_token_always():
     probs = np.array([0.9, 0.05, 0.05])
     np.testing.assert_array_equal(ex.top_p_filter(probs, 0.01), [1.0, 0.0, 0.0])
     np.testing.assert_allclose(ex.top_p_filter(probs, 0.92), [0.9 / 0.95, 0.05 / 0.95, 0.0])   # a tie: by index
+    halves = np.array([0.5, 0.25, 0.25])                                      # sums that reach p exactly
+    np.testing.assert_array_equal(ex.top_p_filter(halves, 0.5), [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(ex.top_p_filter(halves, 0.75), [2 / 3, 1 / 3, 0.0])
+    np.testing.assert_array_equal(ex.top_p_filter(halves, 1.0), halves)
 
 
 @pytest.mark.parametrize("options", [dict(temperature=0.0), dict(temperature=1.0), dict(temperature=0.7, top_k=5),
