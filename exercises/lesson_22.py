@@ -6,6 +6,7 @@ implementation, numpy or the definitions in the notes.
 """
 
 import math
+
 import numpy as np
 
 
