@@ -19,7 +19,6 @@ def assert_close_to_largest(got, expected, where):
     np.testing.assert_allclose(got, expected, rtol=0, atol=RTOL * scale, err_msg=where)
 
 
-@pytest.mark.filterwarnings("ignore:.*no OpenCL forward")  # layers without an OpenCL forward yet run on the host
 @pytest.mark.skipif(not CHECKPOINTS, reason="no models/llm/*/reference.npz (tools/make_llm_checkpoints.py makes them)")
 @pytest.mark.parametrize("directory", CHECKPOINTS, ids=[path.name for path in CHECKPOINTS])
 @pytest.mark.parametrize("backend, device", BACKENDS)
@@ -27,6 +26,7 @@ def test_logits_and_greedy_tokens_match_transformers(directory, backend, device)
     saved = np.load(directory / "reference.npz")
     prompt, greedy = [int(i) for i in saved["prompt_ids"]], [int(i) for i in saved["greedy_ids"]]
     lm = kuiper.llm.load(directory, backend=backend, device=device)
+    assert not lm.graph.host_fallbacks  # on OpenCL every operator runs on the device
     where = f"{directory.name} on {backend} {device or ''}"
     prefill = lm.logits(prompt)
     assert_close_to_largest(prefill, saved["prefill_logits"], where + ", prefill")
