@@ -17,15 +17,19 @@ it untied (RuntimeGraph.untied).
 
 from __future__ import annotations
 
+import numpy as np
+
 from kuiper.core.operators import link_successors
 
 ATTRIBUTE = "pnnx.Attribute"
 
 
 def _same(a, b) -> bool:
-    """Two attributes hold the same tensor: pnnx type, shape and every byte."""
+    """Two attributes hold the same tensor: pnnx type, shape and every byte (NaNs included, which == is not)."""
     x, y = a.numpy(), b.numpy()
-    return a.dtype == b.dtype and x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    if a.dtype != b.dtype or x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    return x is y or np.array_equal(x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8))
 
 
 def _tied(operand, own: list) -> bool:
