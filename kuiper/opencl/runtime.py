@@ -209,9 +209,10 @@ class OpenCLRuntime:
     def upload(self, array: np.ndarray):
         """A read-only device copy of a host array (weights: done once at build), float32 at the precision."""
         cl = _cl()
-        # past half's range a constant is stored as ±inf, as any result is (a mask's finfo.min becomes -inf)
+        # contiguous and aligned, as the driver expects; past half's range a constant is stored as ±inf, as any
+        # result is (a mask's finfo.min becomes -inf)
         with np.errstate(over="ignore"):
-            array = np.require(array, dtype=self.stored(array.dtype), requirements="CA")  # contiguous and aligned, as the driver expects
+            array = np.require(array, dtype=self.stored(array.dtype), requirements="CA")
         if not array.nbytes:  # nothing to copy; OpenCL buffers cannot be empty
             return self.allocate(4)
         flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR

@@ -79,7 +79,8 @@ def bfloat16_nearest(v: float) -> float:
 def test_bfloat16_rounds_to_nearest_even_and_keeps_float32_storage():
     rng = np.random.default_rng(0)
     halfway = [1 + 2 ** -8, 1 + 3 * 2 ** -8]  # exactly between two bfloat16 values: to the even one
-    x = np.concatenate([rng.standard_normal(64) * 100, halfway, [np.nan, -0.0, 3.38e38, 3.4e38, -3.4e38]]).astype(np.float32)
+    edges = [np.nan, -0.0, 3.38e38, 3.4e38, -3.4e38]  # past the largest bfloat16 by more than half a step: inf
+    x = np.concatenate([rng.standard_normal(64) * 100, halfway, edges]).astype(np.float32)
     out = run(x, dtype="torch.bfloat16")
     assert out.dtype == np.float32
     np.testing.assert_array_equal(out, per_element(x, bfloat16_nearest, np.float32))
