@@ -18,7 +18,9 @@ def bfs_order(records) -> list:
         order.append(name)
         successors = []
         for operand in operators[name].outputs:
-            successors += [c for c in records.operands[operand].consumers if c not in successors]
+            for consumer in records.operands[operand].consumers:  # one entry per slot: keep each once
+                if consumer not in successors:
+                    successors.append(consumer)
         for succ in successors:
             inputs = operators[succ].inputs
             filled[succ] += sum(operand in operators[name].outputs for operand in inputs)

@@ -2,16 +2,19 @@
 
     python tools/export_models.py [--out models] [--only NAME ...]
 
-Needs torch, torchvision and pnnx (the `export` extra). On the project's machines `pip install torch==2.13.0
-pnnx` takes the CPU build of torch; torchvision 0.29.2 asks for torch 2.15, whose only build there is the CUDA
-one, so the committed files were made with torch 2.13.0+cpu, torchvision 0.29.2 installed with --no-deps,
-and pnnx 20261020 (kuiper.app.export.import_torchvision makes that torchvision importable without CUDA).
+Needs torch, torchvision and pnnx (the `export` extra), and transformers for the language models. On the
+project's machines `pip install torch==2.13.0 pnnx` takes the CPU build of torch; torchvision 0.29.2 asks for
+torch 2.15, whose only build there is the CUDA one, so the committed files were made with torch 2.13.0+cpu,
+torchvision 0.29.2 installed with --no-deps, transformers 5.24.0 and pnnx 20261020
+(kuiper.app.export.import_torchvision makes that torchvision importable without CUDA).
 
-Every model is torch code defined here, or one of torchvision's classes built small (the transformers),
-built from a fixed seed and exported in eval mode; its weights are random (the manifest says `"random_weights": true`). For each model the tool writes into OUT/NAME/:
+Every model is torch code defined here, or one of torchvision's or transformers' classes built small, built
+from a fixed seed and exported in eval mode; its weights are random (the manifest says `"random_weights": true`).
+For each model the tool writes into OUT/NAME/:
 
     NAME.pnnx.param, NAME.pnnx.bin    what pnnx wrote (its other outputs are dropped)
-    CASE_inK.npy, CASE_outK.npy        float32 inputs and torch's outputs (tuple outputs flattened)
+    CASE_inK.npy, CASE_outK.npy        inputs (float32, or int64 token ids) and torch's outputs (tuple outputs
+                                       flattened)
     weights.npz                        torch's values of a few attributes pnnx stores untransformed,
                                        keyed "<pnnx operator name>.<attribute>"
 
@@ -23,6 +26,7 @@ that serve it, so that suites running every model with the built-in layers leave
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shutil
@@ -445,6 +449,116 @@ class AttentionZoo(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
+# Language models: transformers' own classes, built small, with eager attention and no cache, traced at a
+# fixed sequence length on int64 token ids. Each sits in a wrapper because pnnx traces positional tensor
+# arguments and tensor results only; the wrapper passes return_dict=False at the call, since transformers
+# 5.24's GPT2LMHeadModel fails with it in the config (its inner model then returns a tuple that the head
+# reads as an output object).
+#
+# GPT-2 ties its output projection (lm_head) to the token embedding; pnnx 20261020 writes such a module with
+# the shared table as an extra input operand besides its own @weight, which its own Python script cannot run
+# either: kuiper/runtime/tied.py checks and drops that operand.
+
+
+def transformers_module():
+    from kuiper.app.export import import_torchvision
+
+    import_torchvision()  # transformers imports torchvision when it is installed
+    import transformers
+
+    return transformers
+
+
+def random_biases(model: nn.Module, std: float = 0.1) -> None:
+    """transformers zero every bias at init: give them values (from torch's global generator), so that a layer
+    that dropped or misplaced its bias shows, and pnnx cannot merge equal biases into one constant."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") and not bool(p.any()):
+                p.normal_(0.0, std)
+
+
+class CausalLMLogits(nn.Module):
+    """input_ids (b, n) int64 -> logits (b, n, vocab)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids, return_dict=False)[0]
+
+
+class EncoderWithPaddingMask(nn.Module):
+    """input_ids, token_type_ids, attention_mask (b, n) int64 -> last hidden state (b, n, hidden) and the pooled
+    first token (b, hidden).
+
+    The padding mask (1 keeps a token, 0 pads it) becomes the additive (b, 1, n, n) bias here, as transformers'
+    eager_mask builds it (as bool, broadcast over the queries, then where(keep, 0, finfo.min)), and goes to the
+    model as a ready 4-d mask. transformers 5.24 gathers it with index tensors, padding_mask[batch_idx, kv_idx],
+    which pnnx 20261020 writes as `Tensor.index expr=[[0,1],[0]]`: the indices' shapes and the key positions
+    lost, so neither kuiper nor pnnx's own Python script could run that graph. Indexing with None keeps it a
+    reshape."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        b, n = input_ids.shape
+        keep = attention_mask.to(torch.bool)[:, None, None, :].expand(b, 1, n, n)
+        bias = torch.where(keep, torch.zeros(()), torch.finfo(torch.float32).min)
+        hidden, pooled = self.model(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=bias,
+                                    return_dict=False)
+        return hidden, pooled
+
+
+def gpt2_tiny() -> nn.Module:
+    """Input (2, 12) token ids: GPT-2 with 2 blocks of 2 heads over 32 features, 160 tokens, 32 positions."""
+    transformers = transformers_module()
+    config = transformers.GPT2Config(vocab_size=160, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                     initializer_range=0.1, bos_token_id=0, eos_token_id=0, use_cache=False,
+                                     attn_implementation="eager")
+    model = transformers.GPT2LMHeadModel(config)
+    randomize(model)  # its LayerNorms
+    random_biases(model)
+    return CausalLMLogits(model)
+
+
+def bert_tiny() -> nn.Module:
+    """Inputs (2, 10) token ids, token types and padding mask: BERT with 2 layers of 3 heads over 48 features,
+    160 tokens, 2 token types, 32 positions, and its pooler."""
+    transformers = transformers_module()
+    config = transformers.BertConfig(vocab_size=160, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+                                     intermediate_size=96, max_position_embeddings=32, type_vocab_size=2,
+                                     initializer_range=0.1, attn_implementation="eager", use_cache=False)
+    model = transformers.BertModel(config)
+    randomize(model)
+    random_biases(model)
+    return EncoderWithPaddingMask(model)
+
+
+def token_ids(vocab: int):
+    """Inputs for a model of token ids alone: uniform ids in [0, vocab)."""
+
+    def make(g: torch.Generator, shapes: tuple) -> list:
+        return [torch.randint(0, vocab, shape, generator=g) for shape in shapes]
+
+    return make
+
+
+def bert_inputs(g: torch.Generator, shapes: tuple) -> list:
+    """Token ids in [0, 160); token type 0 for the first half of each row and 1 for the rest (a sentence pair);
+    a padding mask keeping the whole first row and padding the last 3 tokens of the others."""
+    ids = torch.randint(0, 160, shapes[0], generator=g)
+    n = shapes[0][1]
+    types = (torch.arange(n) >= n // 2).long().expand(shapes[1]).contiguous()
+    mask = torch.ones(shapes[2], dtype=torch.long)
+    mask[1:, n - 3:] = 0
+    return [ids, types, mask]
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -460,6 +574,8 @@ class Spec:
     input_scale: float = 1.0
     module_operators: tuple = ()  # module classes pnnx keeps whole (its moduleop option)
     custom_ops: tuple = ()        # the configs that serve them, from the repository root
+    # (generator, shapes) -> input tensors, for inputs other than float32 noise (token ids); None: noise
+    inputs: object = None
 
 
 SPECS = {
@@ -585,6 +701,26 @@ SPECS = {
         module_operators=("ChannelScale",),
         custom_ops=("examples/custom_ops/channel_scale/channel_scale.toml",),
     ),
+    "gpt2_tiny": Spec(
+        gpt2_tiny,
+        "transformers' GPT2LMHeadModel, small (2 blocks, 2 heads, 32 features, 160 tokens), eager attention, no "
+        "cache, random biases: int64 token ids in, logits out, batch 2 of 12 tokens. pnnx folds the positions "
+        "and the causal mask into constants, writes Conv1D as torch.addmm and gelu_new as an expression around "
+        "F.tanh, and gives the tied lm_head the embedding table as an extra input (kuiper/runtime/tied.py).",
+        (("b2", ((2, 12),)),),
+        ("model.lm_head.weight", "model.transformer.h.0.ln_1.weight", "model.transformer.ln_f.bias"),
+        inputs=token_ids(160),
+    ),
+    "bert_tiny": Spec(
+        bert_tiny,
+        "transformers' BertModel, small (2 layers, 3 heads, 48 features, 160 tokens), eager attention: int64 "
+        "token ids, token types and a padding mask in; the mask as bool, expanded, torch.where to an additive "
+        "bias; pnnx fuses the attention into nn.MultiheadAttention; the last hidden state and the pooled first "
+        "token (Tensor.select, Tanh) out; batch 2 of 10 tokens, the second padded by 3.",
+        (("b2", ((2, 10), (2, 10), (2, 10))),),
+        ("model.embeddings.word_embeddings.weight", "model.pooler.dense.weight"),
+        inputs=bert_inputs,
+    ),
 }
 
 
@@ -594,10 +730,12 @@ def torch_value(model: nn.Module, key: str) -> torch.Tensor:
     return model.get_parameter(path) if attr == "data" else getattr(model.get_submodule(path), attr)
 
 
-def case_inputs(name: str, case: str, shapes: tuple, scale: float) -> list:
+def case_inputs(name: str, case: str, spec: Spec, shapes: tuple) -> list:
     """Seeded by the model and case names, so each case gets its own, reproducible values."""
     g = torch.Generator().manual_seed(zlib.crc32(f"{name}/{case}".encode()))
-    return [torch.randn(shape, generator=g) * scale for shape in shapes]
+    if spec.inputs is not None:
+        return spec.inputs(g, shapes)
+    return [torch.randn(shape, generator=g) * spec.input_scale for shape in shapes]
 
 
 def operator_types(param: Path) -> list:
@@ -635,7 +773,7 @@ def build_model(name: str) -> nn.Module:
 
 def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
     model = build_model(name)
-    cases = [(case, case_inputs(name, case, shapes, spec.input_scale)) for case, shapes in spec.cases]
+    cases = [(case, case_inputs(name, case, spec, shapes)) for case, shapes in spec.cases]
 
     model_dir = out_dir / name
     shutil.rmtree(model_dir, ignore_errors=True)  # drop files of cases that no longer exist
@@ -656,7 +794,8 @@ def export_one(name: str, spec: Spec, out_dir: Path) -> dict:
             entry = {"name": case, "inputs": [], "outputs": []}
             for kind, tensors in (("in", inputs), ("out", outputs)):
                 for k, t in enumerate(tensors):
-                    array = np.ascontiguousarray(t.numpy(), dtype=np.float32)
+                    array = t.numpy()  # token ids stay int64
+                    array = np.ascontiguousarray(array, dtype=np.float32 if array.dtype.kind == "f" else None)
                     if kind == "out":
                         check_output(name, case, k, array)
                     np.save(model_dir / f"{case}_{kind}{k}.npy", array)
@@ -712,6 +851,10 @@ def main(argv=None) -> None:
         "pnnx_version": pnnx.__version__,
         "torch_version": torch.__version__,
     }
+    try:  # the language models' classes
+        manifest["transformers_version"] = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        pass
     for section, custom in (("models", False), ("custom_op_models", True)):
         manifest[section] = {name: entries.get(name) or previous[name] for name, spec in SPECS.items()
                              if bool(spec.custom_ops) == custom and (name in entries or name in previous)}

@@ -147,5 +147,7 @@ def link_successors(operators: list) -> None:
     for op in operators:
         successors = []
         for operand in op.output_operands:
-            successors += [c for c in operand.consumers if c not in successors]
+            for consumer in operand.consumers:  # one entry per slot: pow(@0, 3) * @0 reads an operand twice
+                if consumer not in successors:
+                    successors.append(consumer)
         op.successors = successors

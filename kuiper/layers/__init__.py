@@ -58,4 +58,7 @@ from kuiper.layers import (  # noqa: F401
     arange,
     expression,
     aten,
+    # masks and casts (a text model's padding and causal masks)
+    cast,
+    where,
 )

@@ -209,7 +209,10 @@ class OpenCLRuntime:
     def upload(self, array: np.ndarray):
         """A read-only device copy of a host array (weights: done once at build), float32 at the precision."""
         cl = _cl()
-        array = np.require(array, dtype=self.stored(array.dtype), requirements="CA")  # contiguous and aligned, as the driver expects
+        # contiguous and aligned, as the driver expects; past half's range a constant is stored as ±inf, as any
+        # result is (a mask's finfo.min becomes -inf)
+        with np.errstate(over="ignore"):
+            array = np.require(array, dtype=self.stored(array.dtype), requirements="CA")
         if not array.nbytes:  # nothing to copy; OpenCL buffers cannot be empty
             return self.allocate(4)
         flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
@@ -470,7 +473,9 @@ class Enqueuer:
         layer.forward_numpy([rt.loaded(t.numpy()) for t in inputs], host_out)
         for tensor, array in zip(outputs, host_out):
             if array.size:
-                _cl().enqueue_copy(self.queue, tensor.buffer, array.astype(tensor.dtype, copy=False), is_blocking=True)
+                with np.errstate(over="ignore"):  # past half's range: ±inf, as on the device
+                    array = array.astype(tensor.dtype, copy=False)
+                _cl().enqueue_copy(self.queue, tensor.buffer, array, is_blocking=True)
 
     def finish(self) -> None:
         self.queue.finish()

@@ -4,7 +4,8 @@ States, as in KuiperInfer:  NEED_INIT --init()--> NEED_BUILD --build()--> COMPLE
 
   init()    reads the .param/.bin records, links operators, operands and successors, and checks what forward
             relies on (graph inputs and outputs, tuples).
-  build()   creates one layer per operator (checking its parameters), fixes the execution order by a
+  build()   takes off an operator's inputs its own weight where pnnx wrote it as one too (runtime/tied.py),
+            creates one layer per operator (checking its parameters), fixes the execution order by a
             dry run of the BFS below (so a graph that can never finish fails here, not in forward), lets
             the copies and fusion passes rewrite the operator list (runtime/copies.py, runtime/fusion.py),
             and plans memory for the input shapes recorded in the file.
@@ -37,7 +38,7 @@ from kuiper.core.errors import BackendError, ConfigError, GraphError, ShapeError
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
-from kuiper.runtime import checks, copies, fusion, memory
+from kuiper.runtime import checks, copies, fusion, memory, tied
 from kuiper.runtime.backends import BACKENDS
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
 from kuiper.core.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
@@ -106,6 +107,7 @@ class RuntimeGraph:
         self.last_trace = []
         self.last_profile = []
         self.last_variants = {}  # operator name -> the kernel variant it ran in the last forward
+        self.untied = []  # see runtime/tied.py
 
     @property
     def runtime(self):
@@ -169,6 +171,8 @@ class RuntimeGraph:
             raise UnsupportedOperatorError(f"{self.param_path}: no layer for {listed}; register one, or serve the "
                                            f"type with a custom OpenCL operator (custom_ops=, KUIPER_CUSTOM_OPS, "
                                            f"--custom-op)")
+        self.operators, self.untied = tied.drop_tied_inputs(self.operators)
+        self.operands = {o.name: o for op in self.operators for o in op.output_operands}
         for op in self.operators:
             if op.type in self.custom_ops:
                 op.layer = self.custom_ops.make_layer(op)

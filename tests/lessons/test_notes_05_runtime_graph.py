@@ -102,10 +102,8 @@ def test_the_fusion_pass_relinks_what_it_rewrites(tmp_path):
     for op, reference in ((relu, ReLU), (sig, Sigmoid)):
         assert isinstance(op.layer, reference) and op.layer.op is op
     for op in graph.operators:
-        successors = []
-        for operand in op.output_operands:
-            successors += [c for c in operand.consumers if c not in successors]
-        assert op.successors == successors
+        consumers = [c for operand in op.output_operands for c in operand.consumers]
+        assert op.successors == list(dict.fromkeys(consumers))  # each once, in order of first use
 
 
 def test_mermaid_has_one_node_per_operator_and_one_edge_per_successor(tmp_path):

@@ -67,6 +67,24 @@ def test_tensors_are_handed_over_by_reference(branchy):
         assert succ.input_operands[slot].tensor is relu.output_operand.tensor
 
 
+def test_an_operator_reading_an_operand_twice_is_one_successor(tmp_path):
+    # GPT-2's gelu_new as pnnx writes it: mul(add(@0,mul(pow(@1,3.0),0.044715)),...) with @0 and @1 one operand
+    path = tmp_path / "twice.pnnx.param"
+    path.write_text("""7767517
+4 3
+pnnx.Input       in0   0 1 x #x=(2,3)f32
+nn.ReLU          relu  1 1 x a #a=(2,3)f32
+pnnx.Expression  cube  2 1 a a b expr=add(@0,pow(@1,3.0)) #b=(2,3)f32
+pnnx.Output      out   1 0 b
+""")
+    graph = kuiper.load(path, backend="reference")
+    relu = next(op for op in graph.operators if op.name == "relu")
+    assert [op.name for op in relu.successors] == ["cube"]
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    a = np.maximum(x, 0)
+    np.testing.assert_allclose(graph.forward(x)[0], a + a ** 3, rtol=1e-6)
+
+
 def test_trace_shows_order_and_meet_num(branchy, capsys):
     g = kuiper.load(branchy, backend="reference")
     g.forward(np.ones((1, 2, 3, 3), np.float32), trace=True)

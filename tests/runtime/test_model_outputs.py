@@ -1,4 +1,5 @@
-"""Every committed model, run by RuntimeGraph, matches the PyTorch outputs saved by the export tool."""
+"""Every committed model, run by RuntimeGraph on the host backends, matches the PyTorch outputs saved by the export
+tool."""
 
 import numpy as np
 import pytest
@@ -18,18 +19,20 @@ def assert_matches_torch(outputs, references):
 def graphs():
     cache = {}
 
-    def get(name):
-        if name not in cache:
+    def get(name, backend="numpy"):
+        if (name, backend) not in cache:
             param, bin_ = model_paths(name)
-            cache[name] = kuiper.RuntimeGraph(param, bin_, backend="numpy").build()
-        return cache[name]
+            cache[name, backend] = kuiper.RuntimeGraph(param, bin_, backend=backend).build()
+        return cache[name, backend]
 
     return get
 
 
+# numpy: the fast layers, fused; reference: the textbook layers, the operators as the file has them
+@pytest.mark.parametrize("backend", ["numpy", "reference"])
 @pytest.mark.parametrize("name", model_names())
-def test_model_matches_pytorch_for_every_saved_case(graphs, name):
-    graph = graphs(name)
+def test_model_matches_pytorch_for_every_saved_case(graphs, name, backend):
+    graph = graphs(name, backend)
     for case, inputs, references in model_cases(name):
         assert_matches_torch(graph.forward(*inputs), references)
 

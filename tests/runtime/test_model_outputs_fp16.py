@@ -40,6 +40,18 @@ def test_fp16_stores_tensors_as_half_and_returns_float32():
     assert stored == {np.dtype(np.float16)}
 
 
+def test_fp16_stores_integer_inputs_as_they_are():
+    # token ids and a padding mask: half would round ids past 2048, so only float32 tensors are stored as half
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kuiper.KuiperWarning)  # its embeddings and mask run on the host
+        graph = kuiper.load(*model_paths("bert_tiny"), backend="opencl", device=OPENCL_DEVICES[0], precision="fp16")
+    (_, inputs, _), *_ = model_cases("bert_tiny")
+    plan = graph.plan_for(*(x.shape for x in inputs))
+    fed = [plan.tensors[op.output_operand.name].dtype for op in graph.input_operators]
+    assert fed == [np.dtype(np.int64)] * 3
+    assert {t.dtype for t in plan.tensors.values()} == {np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.float16)}
+
+
 @pytest.mark.parametrize("backend", ["numpy", "reference"])
 def test_fp16_needs_the_opencl_backend(backend):
     with pytest.raises(kuiper.ConfigError, match="precision fp16 needs the opencl backend"):
