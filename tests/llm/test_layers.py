@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_every_path_matches_reference
+from llm_tools import llama3_frequency
 from kuiper.core.errors import InputError, LayerError, ShapeError
 from kuiper.layers.rotary import inverse_frequencies
 from kuiper.runtime.backends import make_layer
@@ -145,25 +146,13 @@ def expected_rotary(x, positions, inv_freq):
     return out
 
 
-def expected_llama3_frequency(i, dim, theta, factor, low, high, original):
-    """One frequency of Llama 3's scaling, by the rule: keep short wavelengths, divide long ones, blend between."""
-    frequency = theta ** (-2 * i / dim)
-    wavelength = 2 * math.pi / frequency
-    if wavelength < original / high:
-        return frequency
-    if wavelength > original / low:
-        return frequency / factor
-    keep = (original / wavelength - low) / (high - low)
-    return (1 - keep) * frequency / factor + keep * frequency
-
-
 def test_inverse_frequencies_of_each_rope_type():
     dim, theta = 64, 500000.0
     plain = [theta ** (-2 * i / dim) for i in range(dim // 2)]
     np.testing.assert_allclose(inverse_frequencies(dim, theta), plain, rtol=1e-12)
     np.testing.assert_allclose(inverse_frequencies(dim, theta, "linear", factor=4.0), np.array(plain) / 4, rtol=1e-12)
     llama3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
-    expected = [expected_llama3_frequency(i, dim, theta, 8.0, 1.0, 4.0, 8192) for i in range(dim // 2)]
+    expected = [llama3_frequency(i, dim, theta, 8.0, 1.0, 4.0, 8192) for i in range(dim // 2)]
     got = inverse_frequencies(dim, theta, "llama3", **llama3)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     # all three regimes occur at these settings: kept, divided, blended
