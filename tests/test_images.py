@@ -144,3 +144,23 @@ def test_top_k_is_the_largest_first():
     assert indices.tolist() == np.argsort(-scores, axis=1)[:, :5].tolist()
     assert np.array_equal(values, np.sort(scores, axis=1)[:, ::-1][:, :5])
     assert labels.top_k(scores, 80)[0].shape == (3, 50)  # k beyond the classes: all of them
+
+
+def test_a_one_channel_model_gets_grayscale_with_one_mean_and_std(tmp_path):
+    pixels = RNG.integers(0, 256, (28, 28, 3), dtype=np.uint8)
+    pre = Preprocess.for_shape((1, 1, 28, 28))
+    # ImageNet's statistics averaged over the channels, resize scaled as for any small square input
+    assert pre == Preprocess(resize=32, crop=28, mean=(0.449,), std=(0.226,), channels=1)
+    x = load_image(save(tmp_path, "rgb.png", pixels), Preprocess.grayscale(resize=28, crop=28, mean=(0.25,),
+                                                                               std=(0.5,)))
+    # Pillow's luma, ITU-R 601-2 in integers: L = (R*299 + G*587 + B*114) / 1000, rounded
+    luma = (pixels.astype(np.int64) @ np.array([19595, 38470, 7471]) + 0x8000) >> 16
+    assert x.shape == (1, 1, 28, 28) and x.dtype == np.float32
+    assert np.allclose(x[0, 0], (luma / 255 - 0.25) / 0.5, atol=1e-6)
+    gray = RNG.integers(0, 256, (28, 28), dtype=np.uint8)  # a grayscale file is read as it is
+    x = load_image(save(tmp_path, "gray.png", gray), Preprocess.grayscale(resize=28, crop=28))
+    assert np.allclose(x[0, 0], (gray / 255 - 0.449) / 0.226, atol=1e-6)
+    for bad, message in ((dict(mean=(0.5, 0.5, 0.5)), "mean=(0.5, 0.5, 0.5): give one finite number"),
+                         (dict(channels=2), "channels=2: images are read as grayscale (1) or RGB (3)")):
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            Preprocess.grayscale(**bad)

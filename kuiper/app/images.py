@@ -13,7 +13,9 @@ picture, and `Preprocess()` does the same by default:
 5. lay it out as NCHW float32: (1, 3, crop, crop).
 
 A model trained otherwise wants other numbers (`kuiper run --resize --crop --mean --std`); one fed raw pixels
-in [0, 1] wants mean 0 and std 1.
+in [0, 1] wants mean 0 and std 1. A model whose input has one channel (trained on grayscale pictures, as
+Fashion-MNIST's) gets the picture as grayscale instead of RGB in step 1, with Pillow's luma
+(0.299 R + 0.587 G + 0.114 B, as torchvision's `Grayscale`), and one mean and std: (1, 1, crop, crop).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kuiper.core.errors import ConfigError, ImageError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+CHANNELS = (1, 3)  # grayscale or RGB
 # what `kuiper run --input FOLDER` reads; compared without case (.JPG is a JPEG too)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
@@ -39,6 +42,7 @@ class Preprocess:
     crop: int = 224     # the side of the centred square cut out of that
     mean: tuple = IMAGENET_MEAN  # per channel (R, G, B), on values scaled to [0, 1]
     std: tuple = IMAGENET_STD
+    channels: int = 3   # 3: RGB; 1: grayscale, with one mean and std
 
     def __post_init__(self):
         for name in ("resize", "crop"):
@@ -48,10 +52,14 @@ class Preprocess:
         if self.crop > self.resize:
             raise ConfigError(f"crop={self.crop} is larger than resize={self.resize}: the crop must fit in the "
                               f"resized image")
+        if self.channels not in CHANNELS:
+            raise ConfigError(f"channels={self.channels!r}: images are read as grayscale (1) or RGB (3)")
         for name in ("mean", "std"):
             value = getattr(self, name)
-            if len(value) != 3 or not all(np.isfinite(v) for v in value):
-                raise ConfigError(f"{name}={value!r}: give three finite numbers, one per channel (R, G, B)")
+            if len(value) != self.channels or not all(np.isfinite(v) for v in value):
+                what = "three finite numbers, one per channel (R, G, B)" if self.channels == 3 else \
+                    "one finite number (the image is grayscale)"
+                raise ConfigError(f"{name}={value!r}: give {what}")
         if not all(v > 0 for v in self.std):
             raise ConfigError(f"std={self.std!r}: every channel's std must be above 0 (it divides)")
 
@@ -62,11 +70,23 @@ class Preprocess:
         return cls(resize=round(size * 256 / 224), crop=size)
 
     @classmethod
+    def grayscale(cls, **changes) -> "Preprocess":
+        """For a model of one input channel: by default the average of ImageNet's statistics over the
+        three channels, the mean and std of the grayscale pictures it would make."""
+        mean, std = (round(float(np.mean(IMAGENET_MEAN)), 3),), (round(float(np.mean(IMAGENET_STD)), 3),)
+        return cls(**{"mean": mean, "std": std, "channels": 1, **changes})
+
+    @classmethod
     def for_shape(cls, shape) -> "Preprocess":
         """The defaults for a model input of this NCHW shape (as its .param records it, None where unknown):
-        scaled by `for_input` when it fixes a square of another side than 224."""
-        side = shape[2] if shape is not None and len(shape) == 4 and shape[2] == shape[3] else None
-        return cls.for_input(side) if isinstance(side, int) and side != 224 else cls()
+        grayscale when it has one channel; scaled by `for_input` when it fixes a square of another side than
+        224."""
+        known = shape is not None and len(shape) == 4
+        side = shape[2] if known and shape[2] == shape[3] else None
+        base = cls.for_input(side) if isinstance(side, int) and side != 224 else cls()
+        if known and shape[1] == 1:
+            return cls.grayscale(resize=base.resize, crop=base.crop)
+        return base
 
 
 def _pillow():
@@ -90,14 +110,15 @@ def find_images(folder: Path) -> list:
 
 
 def load_image(path, pre: Preprocess = Preprocess()) -> np.ndarray:
-    """One image as a (1, 3, crop, crop) float32 array, prepared as `pre` says (see the module docstring)."""
+    """One image as a (1, channels, crop, crop) float32 array, prepared as `pre` says (see the module
+    docstring)."""
     Image, ImageOps = _pillow()
     try:
         with Image.open(path) as opened:
             image = ImageOps.exif_transpose(opened)
             if image.mode == "P":  # a palette may carry alpha values, which Pillow wants to go through RGBA
                 image = image.convert("RGBA")
-            image = image.convert("RGB")
+            image = image.convert("RGB" if pre.channels == 3 else "L")
     # what Pillow raises for a file it cannot decode (truncated, not an image, absurdly large)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ImageError(f"{path}: cannot read it as an image ({e})") from None
@@ -105,7 +126,7 @@ def load_image(path, pre: Preprocess = Preprocess()) -> np.ndarray:
 
 
 def to_array(image, pre: Preprocess = Preprocess()) -> np.ndarray:
-    """Steps 2-5 of the module docstring on an RGB PIL image."""
+    """Steps 2-5 of the module docstring on an RGB PIL image (a grayscale one when `pre.channels` is 1)."""
     Image, _ = _pillow()
     width, height = image.size
     # the short side becomes `resize`; the long side is truncated as torchvision's Resize does
@@ -118,6 +139,6 @@ def to_array(image, pre: Preprocess = Preprocess()) -> np.ndarray:
     left = int(round((size[0] - pre.crop) / 2.0))
     top = int(round((size[1] - pre.crop) / 2.0))
     image = image.crop((left, top, left + pre.crop, top + pre.crop))
-    x = np.asarray(image, dtype=np.float32) / np.float32(255.0)
+    x = np.asarray(image, dtype=np.float32).reshape(pre.crop, pre.crop, -1) / np.float32(255.0)  # HWC
     x = (x - np.asarray(pre.mean, np.float32)) / np.asarray(pre.std, np.float32)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])

@@ -196,6 +196,13 @@ def _preparation(op, args) -> images.Preprocess:
     base = images.Preprocess.for_shape(op.output_operand.shape)
     given = {name: _preparation_value(name, getattr(args, name)) for name in PREPARATION
              if getattr(args, name) is not None}
+    for name in ("mean", "std"):
+        values = given.get(name)
+        if values is not None and len(values) != base.channels:
+            if len(values) != 1:  # three numbers for a grayscale input
+                raise CliError(f"--{name} {getattr(args, name)!r}: the model takes grayscale images (one "
+                               f"channel): give one number")
+            given[name] = values * base.channels
     resize, crop = given.get("resize", base.resize), given.get("crop", base.crop)
     if crop > resize:  # each valid alone, they do not fit together
         said = lambda name, value: f"--{name} {value}" + ("" if name in given else " (the default)")
@@ -205,7 +212,8 @@ def _preparation(op, args) -> images.Preprocess:
 
 
 def _preparation_value(name: str, text: str):
-    """--resize/--crop: pixels, at least 1; --mean/--std: R,G,B (or one number for all three), std above 0."""
+    """--resize/--crop: pixels, at least 1; --mean/--std: R,G,B or one number (for all three channels, or the
+    one of a grayscale input), std above 0."""
     if name in ("resize", "crop"):
         try:
             value = int(text)
@@ -222,7 +230,7 @@ def _preparation_value(name: str, text: str):
         raise CliError(f"--{name} {text!r}: give three numbers R,G,B (or one for all three)")
     if name == "std" and not all(v > 0 for v in values):
         raise CliError(f"--std {text!r}: every channel's std must be above 0 (it divides)")
-    return values * 3 if len(values) == 1 else values
+    return values
 
 
 def _no_preparation_without_images(args) -> None:
