@@ -833,11 +833,13 @@ def main(argv=None) -> None:
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = out_dir / "manifest.json"
-    # with --only, the other models' entries stay as they were
-    previous = {}
-    if args.only and manifest_path.exists():
+    # with --only, the other models' entries stay as they were; models another tool made stay always
+    previous, others = {}, {}
+    if manifest_path.exists():
         old = json.loads(manifest_path.read_text())
-        previous = {**old["models"], **old.get("custom_op_models", {})}
+        others = {name: entry for name, entry in old["models"].items() if "generator" in entry}
+        if args.only:
+            previous = {**old["models"], **old.get("custom_op_models", {})}
 
     entries = {}
     for name in args.only or SPECS:
@@ -858,6 +860,7 @@ def main(argv=None) -> None:
     for section, custom in (("models", False), ("custom_op_models", True)):
         manifest[section] = {name: entries.get(name) or previous[name] for name, spec in SPECS.items()
                              if bool(spec.custom_ops) == custom and (name in entries or name in previous)}
+    manifest["models"].update(others)
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {manifest_path}")
 
