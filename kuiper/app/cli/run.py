@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import kuiper
-from kuiper.app import folder, images, labels, references
+from kuiper.app import accuracy, folder, images, labels, references
 from kuiper.app.cli.common import CliError, default_model, positive, require, rich_console
 from kuiper.app.folder import json_float
 from kuiper.core.errors import ConfigError
@@ -60,6 +60,8 @@ def add_parser(sub, common, custom) -> None:
                           "or .jsonl (path and top-k indices, labels, values)")
     run.add_argument("--labels", metavar="FILE",
                      help="class names, one per line (default: ImageNet's for an output of 1000 classes)")
+    run.add_argument("--plot", metavar="FILE",
+                     help="with a labelled folder (DIR/<class>/*.png): draw the confusion matrix as this .png")
     prep = run.add_argument_group("image preparation (default: ImageNet's, as torchvision's classifiers expect)")
     prep.add_argument("--resize", metavar="PIXELS",
                       help="resize the short side to this (default 256; 8/7 of a fixed square input's side)")
@@ -90,6 +92,8 @@ def cmd_run(args) -> None:
     names = labels.read_names(args.labels) if args.labels else None
     record = references.saved(param)
     random_weights = bool(record and record.random_weights)
+    if args.plot and not (len(sources) == 1 and sources[0].is_dir()):
+        raise CliError("--plot draws a labelled folder's confusion matrix: give --input DIR of class subfolders")
     if args.out or any(path.is_dir() for path in sources):
         _run_images(console, graph, param, sources, names, random_weights, args)
         return
@@ -250,11 +254,21 @@ def _run_images(console, graph, param: Path, sources: list, names, random_weight
     for option in ("save", "profile", "trace"):
         if getattr(args, option):
             raise CliError(f"--{option} takes one forward: run a single image without --out for it")
-    paths = images.find_images(source) if source.is_dir() else [source]
+    labelled = accuracy.labelled_images(source, names) if source.is_dir() and accuracy.is_labelled(source) else None
+    if args.plot and labelled is None:
+        raise CliError(f"--plot draws a labelled folder's confusion matrix: {source} has images, not class subfolders")
+    paths = labelled.paths if labelled else images.find_images(source) if source.is_dir() else [source]
     pre = _preparation(graph.input_operators[0], args)
     batch = args.batch or FOLDER_BATCH
     with _progress(len(paths), show=not args.json) as advance:
         run = folder.classify(graph, paths, pre, batch, args.topk, names, on_progress=advance)
+    report = None
+    if labelled is not None:
+        truth = dict(zip(labelled.paths, labelled.truths))
+        report = accuracy.confusion([truth[row.path] for row in run.rows], [row.indices[0] for row in run.rows],
+                                    labelled.classes)
+        if args.plot:
+            accuracy.plot(report, Path(args.plot))
     if args.out:
         folder.write_rows(Path(args.out), run.rows)
     if args.json:
@@ -262,6 +276,7 @@ def _run_images(console, graph, param: Path, sources: list, names, random_weight
             "model": str(param), "backend": args.backend, "images": len(paths), "batch": batch,
             "skipped": [str(p) for p in run.skipped], "random_weights": random_weights, "out": args.out,
             **({} if args.out else {"rows": [folder.row_dict(row) for row in run.rows]}),
+            **({} if report is None else {"accuracy": accuracy.as_dict(report), "plot": args.plot}),
         }))
         return
     if not args.out:
@@ -270,6 +285,10 @@ def _run_images(console, graph, param: Path, sources: list, names, random_weight
     skipped = f", {len(run.skipped)} skipped (unreadable)" if run.skipped else ""
     console.print(f"{len(run.rows)} image(s) of {source} through {param.name} in batches of {batch}{skipped}"
                   + (f"; rows written to {args.out}" if args.out else ""), highlight=False)
+    if report is not None:
+        console.print(accuracy.table(report), highlight=False, markup=False)
+        if args.plot:
+            console.print(f"confusion matrix drawn in {args.plot}", highlight=False)
     if random_weights:
         console.print(RANDOM_WEIGHTS_NOTE, highlight=False)
 
