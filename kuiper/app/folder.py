@@ -53,29 +53,39 @@ def classify(graph, paths: list, pre: Preprocess = Preprocess(), batch: int = 8,
     `on_progress(n)` is told how many more images are done after each batch."""
     run = FolderRun([], [])
     for start in range(0, len(paths), batch):
-        chunk, arrays, kept = paths[start:start + batch], [], []
-        for path in chunk:
-            try:
-                arrays.append(load_image(path, pre))
-                kept.append(path)
-            except ImageError as e:
-                warnings.warn(f"skipped {e}", KuiperWarning, stacklevel=2)
-                run.skipped.append(path)
-        if arrays:
-            output = graph.forward(np.concatenate(arrays))[0]
-            if output.ndim != 2:
-                raise InputError(f"the model's first output has shape {output.shape}, not (images, classes): "
-                                 f"a folder of images gives one row of classes per image")
-            check_names(names, [output])
-            indices, values = top_k(output, topk)
-            labels = names_for(output, names)
-            for n, path in enumerate(kept):
-                run.rows.append(Row(path, indices[n].tolist(), values[n].tolist(),
-                                    None if labels is None else [labels[i] for i in indices[n]]))
+        chunk = paths[start:start + batch]
+        done = classify_batch(graph, chunk, pre, topk, names)
+        run.rows += done.rows
+        run.skipped += done.skipped
         if on_progress is not None:
             on_progress(len(chunk))
     if not run.rows:
         raise ImageError(f"none of the {len(paths)} image(s) could be read")
+    return run
+
+
+def classify_batch(graph, paths: list, pre: Preprocess, topk: int, names=None, data=None) -> FolderRun:
+    """One forward over the images of `paths` that can be read (the others are skipped with a warning);
+    `data`, when given, holds the files' contents, read elsewhere (kuiper/app/ray_data.py), one per path."""
+    run, arrays, kept = FolderRun([], []), [], []
+    for n, path in enumerate(paths):
+        try:
+            arrays.append(load_image(path, pre, None if data is None else data[n]))
+            kept.append(path)
+        except ImageError as e:
+            warnings.warn(f"skipped {e}", KuiperWarning, stacklevel=3)
+            run.skipped.append(path)
+    if not arrays:
+        return run
+    output = graph.forward(np.concatenate(arrays))[0]
+    if output.ndim != 2:
+        raise InputError(f"the model's first output has shape {output.shape}, not (images, classes): "
+                         f"a folder of images gives one row of classes per image")
+    check_names(names, [output])
+    indices, values = top_k(output, topk)
+    labels = names_for(output, names)
+    run.rows = [Row(path, indices[n].tolist(), values[n].tolist(),
+                    None if labels is None else [labels[i] for i in indices[n]]) for n, path in enumerate(kept)]
     return run
 
 

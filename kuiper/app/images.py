@@ -20,6 +20,7 @@ Fashion-MNIST's) gets the picture as grayscale instead of RGB in step 1, with Pi
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,12 +110,12 @@ def find_images(folder: Path) -> list:
     return found
 
 
-def load_image(path, pre: Preprocess = Preprocess()) -> np.ndarray:
+def load_image(path, pre: Preprocess = Preprocess(), data: bytes | None = None) -> np.ndarray:
     """One image as a (1, channels, crop, crop) float32 array, prepared as `pre` says (see the module
-    docstring)."""
+    docstring). `data`: the file's contents when they were read already; `path` then only names it."""
     Image, ImageOps = _pillow()
     try:
-        with Image.open(path) as opened:
+        with Image.open(path if data is None else io.BytesIO(data)) as opened:
             image = ImageOps.exif_transpose(opened)
             if image.mode == "P":  # a palette may carry alpha values, which Pillow wants to go through RGBA
                 image = image.convert("RGBA")
