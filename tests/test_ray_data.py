@@ -15,7 +15,6 @@ import pytest
 
 from kuiper.app import ray_data
 from kuiper.app.cli import main
-from kuiper.app.images import Preprocess
 from kuiper.core.errors import ConfigError
 
 from conftest import MODELS
@@ -49,7 +48,8 @@ def samples(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def single_process(samples):
-    """`kuiper run MODEL --input FOLDER --json` in this process: the rows by path, and what it skipped."""
+    """`kuiper run MODEL --input FOLDER --json` in this process, the preparation spelled out: the rows by path,
+    and what it skipped."""
     argv = ["run", str(PARAM), "--input", str(samples), "--labels", str(FASHION / "labels.txt"), "--json",
             "--resize", str(PREP["resize"]), "--crop", str(PREP["crop"]), "--mean", str(PREP["mean"]),
             "--std", str(PREP["std"])]
@@ -63,9 +63,8 @@ def single_process(samples):
 @pytest.mark.parametrize("actors", [1, 2])
 def test_actors_give_the_single_process_rows(ray_cluster, samples, single_process, actors):
     rows, skipped = single_process
-    pre = Preprocess(resize=PREP["resize"], crop=PREP["crop"], mean=(PREP["mean"],), std=(PREP["std"],),
-                     channels=1)
-    run = ray_data.classify_folder(PARAM, samples, actors=actors, preprocess=pre, names=FASHION / "labels.txt")
+    # the actors prepare the images and name the classes as the model's preprocess.json says
+    run = ray_data.classify_folder(PARAM, samples, actors=actors)
     assert run.skipped == skipped == [(samples / "Coat" / "broken.png").resolve()]
     assert [row.path for row in run.rows] == list(rows)  # the folder's order, as the single process goes
     for row in run.rows:

@@ -5,8 +5,8 @@
 
 Needs torch, pnnx and Pillow (the `export` and `image` extras). The images are read from the idx files Debian
 installs, with numpy (tools/fashion_data.py). Each image becomes a (1, 28, 28) float32 array exactly as
-`kuiper run --input IMAGE.png --resize 28 --crop 28 --mean MEAN --std STD` prepares the same picture saved
-as a PNG: the 8-bit value divided by 255, minus the training set's mean, divided by its standard deviation.
+`kuiper run --input IMAGE.png` prepares the same picture saved as a PNG, following the model's
+preprocess.json: the 8-bit value divided by 255, minus the training set's mean, divided by its standard deviation.
 Training stops when its time is up (Adam, batches of 128, a fresh shuffle each epoch, the learning rate
 decayed by a half cosine over the time); then torch's accuracy over all 10,000 test images is measured and
 the model exported.
@@ -18,6 +18,7 @@ Into OUT/ it writes:
                                         cases, which tests/runtime/test_model_outputs*.py check on every backend)
     samples/<class>/NNNNN.png           a few test images per class, 28x28 grayscale, named by their test index
     labels.txt                          the ten class names, in class-index order (also the samples' folders)
+    preprocess.json                     the preparation and the class names' file, which `kuiper run` reads
     training.json                       how it was trained, torch's test accuracy, the preparation, and torch's
                                         class for every sample PNG
 
@@ -166,6 +167,9 @@ def main(argv=None) -> None:
                                 "outputs": [f"{NAME}/{case}_out0.npy"]})
 
     (out / "labels.txt").write_text("".join(name + "\n" for name in CLASSES))
+    preparation = {"resize": 28, "crop": 28, "mean": mean, "std": std}
+    (out / "preprocess.json").write_text(json.dumps({**preparation, "channels": 1, "labels": "labels.txt"},
+                                                    indent=2) + "\n")
     samples = save_samples(out, test_images, test_labels, predicted)
     (out / "training.json").write_text(json.dumps({
         "generator": "tools/train_fashion.py",
@@ -173,7 +177,7 @@ def main(argv=None) -> None:
         "torch_version": torch.__version__,
         "threads": args.threads, "seed": args.seed, **run,
         "torch_test_accuracy": accuracy, "test_images": int(len(test_labels)),
-        "preparation": {"resize": 28, "crop": 28, "mean": mean, "std": std},
+        "preparation": preparation,
         "sample_predictions": samples,
     }, indent=2) + "\n")
 

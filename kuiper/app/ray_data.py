@@ -25,11 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import kuiper
-from kuiper.app import accuracy, folder, images, labels
+from kuiper.app import accuracy, folder, images, labels, model_preprocess
 from kuiper.core.errors import ConfigError, ImageError
 
 INSTALL = 'pip install "kuiper[ray]"'
 BATCH = 8  # images per forward, as `kuiper run` takes them from a folder
+# images per call of an actor: Ray's cost per call (tens of ms) is spread over many forwards
+ROWS_PER_CALL = 256
 
 
 def import_ray():
@@ -57,11 +59,12 @@ class Classifier:
     log.
 
     `model`, `backend`, `device`, `precision`: as for kuiper.load. `preprocess`: an images.Preprocess (default:
-    what `kuiper run` uses for the model's input). `names`: class names, or a file of them (default: ImageNet's
-    for 1000 classes). `threads`: kuiper's and BLAS's threads in this actor."""
+    what `kuiper run` uses for the model's input, its preprocess.json included). `names`: class names, or a
+    file of them (default: the preprocess.json's, else ImageNet's for 1000 classes). `threads`: kuiper's and
+    BLAS's threads in this actor. `batch`: images per forward (a call of the actor may bring many more)."""
 
     def __init__(self, model, backend: str = "numpy", device=None, precision: str = "fp32", preprocess=None,
-                 names=None, topk: int = 5, threads: int = 1):
+                 names=None, topk: int = 5, threads: int = 1, batch: int = BATCH):
         from threadpoolctl import threadpool_limits
 
         # kept for the actor's life: the limit lasts as long as the object
@@ -71,21 +74,25 @@ class Classifier:
         if len(self.graph.input_operators) != 1:
             raise ConfigError(f"{model}: a folder of images needs a model with one input, this one has "
                               f"{len(self.graph.input_operators)}")
-        shape = self.graph.input_operators[0].output_operand.shape
-        self.pre = preprocess if preprocess is not None else images.Preprocess.for_shape(shape)
+        own, names_file = model_preprocess.for_graph(model, self.graph)
+        self.pre = preprocess if preprocess is not None else own
+        names = names if names is not None else names_file
         self.names = labels.read_names(names) if isinstance(names, (str, Path)) else names
-        self.topk = topk
+        self.topk, self.batch = topk, batch
 
     def __call__(self, batch: dict):
         import pyarrow as pa
 
-        paths = [str(p) for p in batch["path"]]
-        run = folder.classify_batch(self.graph, paths, self.pre, self.topk, self.names, list(batch["bytes"]))
+        paths, data, rows = [str(p) for p in batch["path"]], list(batch["bytes"]), []
+        for start in range(0, len(paths), self.batch):
+            end = start + self.batch
+            rows += folder.classify_batch(self.graph, paths[start:end], self.pre, self.topk, self.names,
+                                          data[start:end]).rows
         return pa.Table.from_pylist([{
             "path": row.path, "index": row.indices[0], "score": row.values[0],
             "label": row.labels[0] if row.labels else None,
             "indices": row.indices, "labels": row.labels, "values": row.values,
-        } for row in run.rows], schema=_schema())
+        } for row in rows], schema=_schema())
 
 
 def folder_images(source) -> list:
@@ -113,8 +120,8 @@ def classify_folder(model, source, actors: int = 1, threads: int = 1, batch: int
     ray = import_ray()
     paths = [p.resolve() for p in folder_images(source)]
     dataset = read_folder(paths).map_batches(
-        Classifier, fn_constructor_kwargs={"model": str(model), "threads": threads, **options},
-        batch_size=batch, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=threads)
+        Classifier, fn_constructor_kwargs={"model": str(model), "threads": threads, "batch": batch, **options},
+        batch_size=ROWS_PER_CALL, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=threads)
     done = {Path(r["path"]): folder.Row(Path(r["path"]), list(r["indices"]), list(r["values"]),
                                         None if r["labels"] is None else list(r["labels"]))
             for r in dataset.take_all()}

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import kuiper
-from kuiper.app import accuracy, folder, images, labels, references
+from kuiper.app import accuracy, folder, images, labels, model_preprocess, references
 from kuiper.app.cli.common import CliError, default_model, positive, require, rich_console
 from kuiper.app.folder import json_float
 from kuiper.core.errors import ConfigError
@@ -59,10 +59,12 @@ def add_parser(sub, common, custom) -> None:
                      help="with image input: one row per image, .csv (path, index, label, score, top-k indices) "
                           "or .jsonl (path and top-k indices, labels, values)")
     run.add_argument("--labels", metavar="FILE",
-                     help="class names, one per line (default: ImageNet's for an output of 1000 classes)")
+                     help="class names, one per line (default: the model's preprocess.json's, else ImageNet's for an output "
+                          "of 1000 classes)")
     run.add_argument("--plot", metavar="FILE",
                      help="with a labelled folder (DIR/<class>/*.png): draw the confusion matrix as this .png")
-    prep = run.add_argument_group("image preparation (default: ImageNet's, as torchvision's classifiers expect)")
+    prep = run.add_argument_group("image preparation (default: the model's preprocess.json where it has one, else "
+                                  "ImageNet's, as torchvision's classifiers expect)")
     prep.add_argument("--resize", metavar="PIXELS",
                       help="resize the short side to this (default 256; 8/7 of a fixed square input's side)")
     prep.add_argument("--crop", metavar="PIXELS",
@@ -89,16 +91,18 @@ def cmd_run(args) -> None:
     graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
                         custom_ops=args.custom_op, tuning="measure" if args.tune else None,
                         memory_limit=args.memory_limit, precision=args.precision)
-    names = labels.read_names(args.labels) if args.labels else None
+    own = model_preprocess.read(param, model_preprocess.input_channels(graph))
+    names_file = args.labels or (own.labels if own else None)
+    names = labels.read_names(names_file) if names_file else None
     record = references.saved(param)
     random_weights = bool(record and record.random_weights)
     if args.plot and not (len(sources) == 1 and sources[0].is_dir()):
         raise CliError("--plot draws a labelled folder's confusion matrix: give --input DIR of class subfolders")
     if args.out or any(path.is_dir() for path in sources):
-        _run_images(console, graph, param, sources, names, random_weights, args)
+        _run_images(console, graph, param, sources, names, random_weights, args, own)
         return
 
-    inputs, reference = _inputs_for(graph, param, sources, args)
+    inputs, reference = _inputs_for(graph, param, sources, args, own)
     device = graph.runtime.device.name.strip() if graph.runtime is not None else None
     threads = kuiper.num_threads() if args.backend == "numpy" else None  # the reference backend runs on one
     if not args.json:
@@ -118,7 +122,7 @@ def cmd_run(args) -> None:
     try:
         labels.check_names(names, outputs)
     except ConfigError as e:
-        raise CliError(f"--labels {args.labels}: {e}") from None
+        raise CliError(f"{f'--labels {args.labels}' if args.labels else names_file}: {e}") from None
     tolerance = references.TOLERANCES[args.precision]
     match = references.compare(outputs, reference, tolerance) if reference is not None else None
     # the note is about what a real image's classes mean: said only when an image went in
@@ -149,7 +153,7 @@ def cmd_run(args) -> None:
         raise CliError("output differs from the saved PyTorch reference")
 
 
-def _inputs_for(graph, param: Path, sources: list, args):
+def _inputs_for(graph, param: Path, sources: list, args, own):
     """The arrays to run (one per --input, else the saved case, else random ones), and PyTorch's outputs for
     them when the model was exported with some (references.py)."""
     if sources and len(sources) != len(graph.input_operators):
@@ -158,7 +162,7 @@ def _inputs_for(graph, param: Path, sources: list, args):
     if not any(_is_image_input(path) for path in sources):
         _no_preparation_without_images(args)
     if sources:
-        inputs = [_read_input(path, op, args) for path, op in zip(sources, graph.input_operators)]
+        inputs = [_read_input(path, op, args, own) for path, op in zip(sources, graph.input_operators)]
         if args.batch:
             inputs = [np.ascontiguousarray(np.repeat(x[:1], args.batch, axis=0)) for x in inputs]
             return inputs, None
@@ -181,10 +185,10 @@ def _is_image_input(path: Path) -> bool:
     return path.suffix != ".npy"  # whatever is not an array is read as an image (Pillow knows many formats)
 
 
-def _read_input(path: Path, op, args) -> np.ndarray:
+def _read_input(path: Path, op, args, own) -> np.ndarray:
     """A .npy file as it is; anything else as an image, prepared for graph input `op`."""
     if _is_image_input(path):
-        return images.load_image(path, _preparation(op, args))
+        return images.load_image(path, _preparation(op, args, own))
     try:
         return np.load(path)
     except (OSError, ValueError, EOFError) as e:  # not an array
@@ -194,10 +198,13 @@ def _read_input(path: Path, op, args) -> np.ndarray:
 PREPARATION = ("resize", "crop", "mean", "std")
 
 
-def _preparation(op, args) -> images.Preprocess:
+def _preparation(op, args, own) -> images.Preprocess:
     """ImageNet's preparation, scaled to the input's side where the .param fixes a square one other than 224
-    (inception_v3's 299), with what --resize, --crop, --mean and --std change."""
+    (inception_v3's 299), then what the model's preprocess.json (`own`) says, then what --resize, --crop,
+    --mean and --std change."""
     base = images.Preprocess.for_shape(op.output_operand.shape)
+    if own is not None:
+        base = own.applied_to(base)
     given = {name: _preparation_value(name, getattr(args, name)) for name in PREPARATION
              if getattr(args, name) is not None}
     for name in ("mean", "std"):
@@ -243,7 +250,7 @@ def _no_preparation_without_images(args) -> None:
         raise CliError(f"{' '.join(given)} prepare images: give --input IMAGE or a folder of them")
 
 
-def _run_images(console, graph, param: Path, sources: list, names, random_weights: bool, args) -> None:
+def _run_images(console, graph, param: Path, sources: list, names, random_weights: bool, args, own) -> None:
     """--input FOLDER, or --out with an image: the images in batches, one row of classes per image."""
     if len(sources) != 1 or len(graph.input_operators) != 1:
         raise CliError(f"a folder of images (or --out) needs a model with one input and one --input; the model "
@@ -258,7 +265,7 @@ def _run_images(console, graph, param: Path, sources: list, names, random_weight
     if args.plot and labelled is None:
         raise CliError(f"--plot draws a labelled folder's confusion matrix: {source} has images, not class subfolders")
     paths = labelled.paths if labelled else images.find_images(source) if source.is_dir() else [source]
-    pre = _preparation(graph.input_operators[0], args)
+    pre = _preparation(graph.input_operators[0], args, own)
     batch = args.batch or FOLDER_BATCH
     with _progress(len(paths), show=not args.json) as advance:
         run = folder.classify(graph, paths, pre, batch, args.topk, names, on_progress=advance)
