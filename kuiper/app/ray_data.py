@@ -7,12 +7,15 @@
     run = ray_data.classify_folder("models/fashion_cnn/fashion_cnn.pnnx.param", "models/fashion_cnn/samples",
                                    actors=2)   # a folder.FolderRun, rows in the folder's order
 
-The pieces, for a pipeline of your own: `read_folder` makes a Dataset of the files (columns `path` and
-`bytes`: read by Ray's read tasks, so the actors need not see the folder), and `Classifier` is the class for
-`Dataset.map_batches(Classifier, fn_constructor_kwargs={...}, compute=ActorPoolStrategy(size=N))`. Ray
-builds it once per actor, so each actor loads the graph once and keeps it; every batch is decoded and
-prepared by kuiper's own code (kuiper/app/images.py, kuiper/app/folder.py) and run as one forward, so the
-results are those of `kuiper run MODEL --input FOLDER`.
+The piece for a pipeline of your own is `Classifier`, the class for `Dataset.map_batches(Classifier,
+fn_constructor_kwargs={...}, compute=ActorPoolStrategy(size=N))` over a Dataset with a `path` column: the
+actors read the files themselves (so every node must see them, as a shared folder), or take their contents
+from a `bytes` column where there is one (`ray.data.read_binary_files(URLS, include_paths=True)`, for files
+elsewhere, as in object storage). Reading in the actors spares a Ray task per block of files: on a small
+machine starting those tasks' worker processes costs more than the reading. Ray builds the class once per
+actor, so each actor loads the graph once and keeps it; every image is decoded and prepared by kuiper's
+own code (kuiper/app/images.py, kuiper/app/folder.py, the model's preprocess.json), so the results are those
+of `kuiper run MODEL --input FOLDER`.
 
 Each actor limits its threads, kuiper's and BLAS's, to the CPUs it asks Ray for (`threads`, 1 by default):
 two actors that each used every core of the machine would fight over them.
@@ -53,7 +56,7 @@ def _schema():
 
 
 class Classifier:
-    """The callable class for `map_batches`: a batch of {"path", "bytes"} in, one row per image out (path; the
+    """The callable class for `map_batches`: a batch of {"path"} or {"path", "bytes"} in, one row per image out (path; the
     best class's index, label and score; the top-k indices, labels and values, best first). Labels are null
     where the classes have no names; an image that cannot be read is left out, with a warning in the actor's
     log.
@@ -83,11 +86,12 @@ class Classifier:
     def __call__(self, batch: dict):
         import pyarrow as pa
 
-        paths, data, rows = [str(p) for p in batch["path"]], list(batch["bytes"]), []
+        paths, rows = [str(p) for p in batch["path"]], []
+        data = list(batch["bytes"]) if "bytes" in batch else None
         for start in range(0, len(paths), self.batch):
             end = start + self.batch
             rows += folder.classify_batch(self.graph, paths[start:end], self.pre, self.topk, self.names,
-                                          data[start:end]).rows
+                                          None if data is None else data[start:end]).rows
         return pa.Table.from_pylist([{
             "path": row.path, "index": row.indices[0], "score": row.values[0],
             "label": row.labels[0] if row.labels else None,
@@ -105,23 +109,16 @@ def folder_images(source) -> list:
     return images.find_images(source)
 
 
-def read_folder(paths: list):
-    """A Dataset of the image files at `paths` (absolute, to be the same on every node): columns `path`
-    (as given) and `bytes`. Its read tasks ask for no CPU: reading a file is waiting on the disk, and actors
-    holding every CPU would otherwise leave no room to read what they are to classify, and wait forever."""
-    ray = import_ray()
-    return ray.data.read_binary_files([str(p) for p in paths], include_paths=True, num_cpus=0)
-
-
 def classify_folder(model, source, actors: int = 1, threads: int = 1, batch: int = BATCH, **options):
-    """Every image of folder `source` through `actors` actors of `threads` CPUs each, `batch` images per
-    forward; `options` go to Classifier. A folder.FolderRun: rows in the folder's order, and the images that
-    could not be read."""
+    """Every image of folder `source` (a path every node sees) through `actors` actors of `threads` CPUs each,
+    `batch` images per forward; `options` go to Classifier. A folder.FolderRun: rows in the folder's order
+    (paths made absolute), and the images that could not be read."""
     ray = import_ray()
     paths = [p.resolve() for p in folder_images(source)]
-    dataset = read_folder(paths).map_batches(
+    dataset = ray.data.from_items([{"path": str(p)} for p in paths]).map_batches(
         Classifier, fn_constructor_kwargs={"model": str(model), "threads": threads, "batch": batch, **options},
-        batch_size=ROWS_PER_CALL, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=threads)
+        batch_size=ROWS_PER_CALL, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=threads)
     done = {Path(r["path"]): folder.Row(Path(r["path"]), list(r["indices"]), list(r["values"]),
                                         None if r["labels"] is None else list(r["labels"]))
             for r in dataset.take_all()}

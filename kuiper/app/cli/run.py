@@ -198,7 +198,7 @@ def _read_input(path: Path, op, args, own) -> np.ndarray:
 PREPARATION = ("resize", "crop", "mean", "std")
 
 
-def _preparation(op, args, own) -> images.Preprocess:
+def _preparation(op, args, own=None) -> images.Preprocess:
     """ImageNet's preparation, scaled to the input's side where the .param fixes a square one other than 224
     (inception_v3's 299), then what the model's preprocess.json (`own`) says, then what --resize, --crop,
     --mean and --std change."""
