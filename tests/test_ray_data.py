@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import kuiper
 from kuiper.app import ray_data
 from kuiper.app.cli import main
-from kuiper.core.errors import ConfigError
+from kuiper.core.errors import ConfigError, KuiperWarning
 
 from conftest import MODELS
 
@@ -80,3 +81,22 @@ def test_without_ray_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where it is not installed
     with pytest.raises(ConfigError, match=r'^running on Ray needs ray\[data\]: pip install "kuiper\[ray\]"$'):
         ray_data.classify_folder(PARAM, FASHION / "samples")
+
+
+def test_the_actors_class_takes_bytes_read_elsewhere(samples, single_process):
+    """What an actor does with a batch that brings the files' contents (read_binary_files), without Ray."""
+    pytest.importorskip("pyarrow", reason="the ray extra is not installed (pip install \"kuiper[ray]\")")
+    rows, skipped = single_process
+    paths = [str(p) for p in [*rows, *skipped]]
+    classifier = ray_data.Classifier(PARAM, batch=5)
+    try:
+        with pytest.warns(KuiperWarning, match="broken.png"):
+            table = classifier({"path": np.array(paths, dtype=object), "bytes": [Path(p).read_bytes() for p in paths]})
+    finally:  # an actor keeps its thread limits for life; this process gets its own back
+        classifier._blas.restore_original_limits()
+        kuiper.set_num_threads(None)
+    assert table.column("path").to_pylist() == paths[:len(rows)]
+    for got in table.to_pylist():
+        want = rows[Path(got["path"])]
+        assert got["indices"] == want["indices"] and got["label"] == want["labels"][0]
+        np.testing.assert_allclose(got["values"], want["values"], rtol=1e-6, atol=1e-6)
