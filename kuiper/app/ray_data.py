@@ -56,8 +56,8 @@ def _schema():
 
 
 class Classifier:
-    """The callable class for `map_batches`: a batch of {"path"} or {"path", "bytes"} in, one row per image out (path; the
-    best class's index, label and score; the top-k indices, labels and values, best first). Labels are null
+    """The callable class for `map_batches`: a batch of {"path"} or {"path", "bytes"} in, one row per image out
+    (path; the best class's index, label and score; the top-k indices, labels and values, best first). Labels are null
     where the classes have no names; an image that cannot be read is left out, with a warning in the actor's
     log.
 
