@@ -11,8 +11,8 @@ models/manifest.json, whose cases tests/runtime/test_model_outputs*.py run on ev
     yolov5u_tiny/   ultralytics' yolov5.yaml (the anchor-free YOLOv5u head) at the same scale, input 1x3x64x64;
                     output (1, 24, 84)
 
-Each case's input is a synthetic picture (tools/synthetic_shapes.py) letterboxed by kuiper, or noise; its
-output is torch's. References, into tests/detection/refs/:
+Each case's input is a synthetic picture (tools/synthetic_shapes.py) letterboxed by kuiper; its output is
+torch's. References, into tests/detection/refs/:
 
     raw_outputs.npz    YOLO outputs: the two models' own (scores of random weights: many weak boxes), and crafted
                        ones with planted objects (several anchors per object, jittered, overlapping objects of
@@ -53,6 +53,7 @@ REFS = ROOT / "tests" / "detection" / "refs"
 MODELS = ROOT / "models"
 TINY_WIDTH = 0.0625
 TINY_MAX_CHANNELS = 256  # x TINY_WIDTH: at most 16 channels
+SPREAD = 1.0  # the standard deviation of every random layer's output on the first case
 TINY_CLASSES = 20
 # non_max_suppression settings compared: the predictor's defaults, the validator's, class-agnostic, few kept
 NMS_SETTINGS = [
@@ -130,27 +131,35 @@ def record(name: str, generator: str, description: str, cases: list, random_weig
 
 
 def spread_weights(model, x: np.ndarray, seed: int) -> None:
-    """Random convolution weights scaled, layer by layer on input x, so that each convolution's output has unit
-    standard deviation, and zero biases. With torch's default initialisation the activations shrink layer by
-    layer, and with the head's biases (class scores near e^-10) the output of a random model hardly depends on
-    its input: a wrong layer would not show."""
+    """Random convolution weights, zero biases and random BatchNorm statistics, then, layer by layer on input x,
+    every BatchNorm (and every convolution without one) scaled so that its output has standard deviation
+    SPREAD. With torch's default initialisation the activations shrink layer by layer, and with the head's
+    biases (class scores near e^-10) the output of a random model hardly depends on its input: a wrong layer
+    would not show. Unscaled random statistics make them grow instead, past what half precision holds."""
     import torch
+    from ultralytics.nn.modules import DFL
 
     generator = torch.Generator().manual_seed(seed)
-
-    def unit_std(conv, inputs, output):
-        std = float(output.std()) or 1.0
-        conv.weight.div_(std)
-        return output / std
-
-    hooks = []
+    fixed = {id(m.conv) for m in model.modules() if isinstance(m, DFL)}  # its weights are the bins 0..15
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, torch.nn.Conv2d):
+            if isinstance(m, torch.nn.Conv2d) and id(m) not in fixed:
                 m.weight.copy_(torch.randn(m.weight.shape, generator=generator))
                 if m.bias is not None:
                     m.bias.zero_()
-                hooks.append(m.register_forward_hook(unit_std))
+    randomize(model, seed=seed)
+
+    def scaled(layer, inputs, output):
+        factor = SPREAD / (float(output.std()) or 1.0)
+        layer.weight.mul_(factor)
+        if layer.bias is not None:
+            layer.bias.mul_(factor)
+        return output * factor
+
+    hooks = [m.register_forward_hook(scaled) for m in model.modules()
+             if isinstance(m, torch.nn.BatchNorm2d) or (isinstance(m, torch.nn.Conv2d) and m.bias is not None
+                                                         and id(m) not in fixed)]
+    with torch.no_grad():
         model.eval()(torch.from_numpy(x))
     for hook in hooks:
         hook.remove()
@@ -168,23 +177,21 @@ def tiny_model(family: str, name: str, shape: tuple, seed: int) -> np.ndarray:
 
     torch.manual_seed(seed)
     with tempfile.TemporaryDirectory() as tmp:
-        model = DetectionModel(str(scaled_yaml(family, TINY_WIDTH, TINY_CLASSES, Path(tmp) / f"{name}.yaml",
-                                                   TINY_MAX_CHANNELS)),
-                               verbose=False)
+        cfg = scaled_yaml(family, TINY_WIDTH, TINY_CLASSES, Path(tmp) / f"{name}.yaml", TINY_MAX_CHANNELS)
+        model = DetectionModel(str(cfg), verbose=False)
     cases = {"picture": letterbox(picture(seed), shape).input(),
-             "noise": np.random.default_rng(seed).random((1, 3) + shape, dtype=np.float32)}
+             "other": letterbox(picture(seed + 10), shape).input()}
     spread_weights(model, cases["picture"], seed)
-    randomize(model, seed=seed)
     model = for_export(model)
     shutil.rmtree(MODELS / name, ignore_errors=True)
     export(model, cases["picture"], MODELS / name, name)
     listed = save_cases(model, name, cases)
     out = np.load(MODELS / name / "picture_out0.npy")
     record(name, "tools/make_detection_refs.py",
-           f"ultralytics' {family}.yaml at width {TINY_WIDTH}, depth 0.33 and {TINY_MAX_CHANNELS} channels at most for {TINY_CLASSES} classes, random "
-           f"weights (BatchNorm randomized, folded), exported as ultralytics exports it: input 1x3x{shape[0]}x"
-           f"{shape[1]}, output {tuple(out.shape)} of cx, cy, w, h and class scores; a letterboxed synthetic "
-           f"picture and noise.", listed, True)
+           f"ultralytics' {family}.yaml at width {TINY_WIDTH}, depth 0.33 and {TINY_MAX_CHANNELS} channels at most "
+           f"for {TINY_CLASSES} classes, random weights (BatchNorm randomized, folded), exported as ultralytics "
+           f"exports it: input 1x3x{shape[0]}x{shape[1]}, output {tuple(out.shape)} of cx, cy, w, h and class "
+           f"scores; two letterboxed synthetic pictures.", listed, True)
     return out
 
 

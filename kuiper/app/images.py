@@ -112,17 +112,21 @@ def find_images(folder: Path) -> list:
 def load_image(path, pre: Preprocess = Preprocess()) -> np.ndarray:
     """One image as a (1, channels, crop, crop) float32 array, prepared as `pre` says (see the module
     docstring)."""
+    return to_array(read_picture(path, "RGB" if pre.channels == 3 else "L"), pre)
+
+
+def read_picture(path, mode: str = "RGB"):
+    """Step 1 of the module docstring: the image at `path` upright, as a PIL image of `mode` (RGB or L)."""
     Image, ImageOps = _pillow()
     try:
         with Image.open(path) as opened:
             image = ImageOps.exif_transpose(opened)
             if image.mode == "P":  # a palette may carry alpha values, which Pillow wants to go through RGBA
                 image = image.convert("RGBA")
-            image = image.convert("RGB" if pre.channels == 3 else "L")
+            return image.convert(mode)
     # what Pillow raises for a file it cannot decode (truncated, not an image, absurdly large)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ImageError(f"{path}: cannot read it as an image ({e})") from None
-    return to_array(image, pre)
 
 
 def to_array(image, pre: Preprocess = Preprocess()) -> np.ndarray:

@@ -36,6 +36,7 @@ def draw(image, detections: Detections, names=None):
         font = ImageFont.load_default()
     for i in range(len(detections)):
         x1, y1, x2, y2 = (float(v) for v in detections.boxes[i])
+        x1, x2, y1, y2 = min(x1, x2), max(x1, x2), min(y1, y2), max(y1, y2)  # a box turned inside out is drawn too
         fill = colour(int(detections.classes[i]))
         canvas.rectangle((x1, y1, x2, y2), outline=fill, width=line)
         text = f"{detections.name(i, names)} {float(detections.scores[i]):.2f}"
