@@ -51,8 +51,7 @@ class Detector:
         return self.postprocess(self.forward(prepared), prepared)
 
     def postprocess(self, output: np.ndarray, prepared: Letterbox) -> Detections:
-        classes = len(self.names) if self.names is not None else None
-        format = self.format or detect_format(output.shape, classes)
+        format = self.format or detect_format(output.shape)
         if self.names is not None and classes_in(output.shape, format) != len(self.names):
             raise ConfigError(f"{len(self.names)} class names, but the model's output {tuple(output.shape)} has "
                               f"{classes_in(output.shape, format)} classes")

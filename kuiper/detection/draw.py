@@ -43,6 +43,7 @@ def draw(image, detections: Detections, names=None):
         left, top, right, bottom = canvas.textbbox((0, 0), text, font=font)
         w, h = right - left + 4, bottom - top + 4
         ty = y1 - h if y1 - h >= 0 else y1  # above the box, or inside it at the picture's top edge
-        canvas.rectangle((x1, ty, x1 + w, ty + h), fill=fill)
-        canvas.text((x1 + 2 - left, ty + 2 - top), text, fill=_text_colour(fill), font=font)
+        tx = max(0.0, min(x1, picture.width - w))  # kept inside the picture's right edge
+        canvas.rectangle((tx, ty, tx + w, ty + h), fill=fill)
+        canvas.text((tx + 2 - left, ty + 2 - top), text, fill=_text_colour(fill), font=font)
     return picture
