@@ -3,8 +3,9 @@ tested against.
 
     python tools/make_detection_refs.py        # with ultralytics, torch, torchvision and pnnx installed
 
-Models (random weights, BatchNorm statistics randomized so that a wrong layer shows; into models/ and
-models/manifest.json, whose cases tests/runtime/test_model_outputs*.py run on every backend):
+Models (random weights and BatchNorm statistics, scaled layer by layer so that every output depends on the
+input and a wrong layer shows, see spread_weights; into models/ and models/manifest.json, whose cases
+tests/runtime/test_model_outputs*.py run on every backend):
 
     yolov8_tiny/    ultralytics' yolov8.yaml at width 1/16 (channels 8 to 16), 20 classes, input 1x3x64x96;
                     output (1, 24, 126)
@@ -14,7 +15,7 @@ models/manifest.json, whose cases tests/runtime/test_model_outputs*.py run on ev
 Each case's input is a synthetic picture (tools/synthetic_shapes.py) letterboxed by kuiper; its output is
 torch's. References, into tests/detection/refs/:
 
-    raw_outputs.npz    YOLO outputs: the two models' own (scores of random weights: many weak boxes), and crafted
+    raw_outputs.npz    YOLO outputs: the two models' own (random weights: many large, overlapping boxes), and crafted
                        ones with planted objects (several anchors per object, jittered, overlapping objects of
                        the same and of other classes, weak background), in both layouts: "yolov8" (B, 4+C, N)
                        and classic "yolov5" (B, N, 5+C, with objectness)

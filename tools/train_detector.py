@@ -15,6 +15,8 @@ Into OUT/ (models/shapes_yolo) it writes:
     shapes_yolo.pnnx.param, .pnnx.bin   the graph (output (1, 8, 525): cx, cy, w, h and four class scores)
     names.txt                           the class names, one a line, in class-index order
     samples/NNNNN.png                   a few test pictures (labels in samples/labels/, YOLO format)
+    samples/expected.json               ultralytics' detections on each (its NMS on PyTorch's output for the
+                                        letterboxed picture, conf 0.25, IoU 0.45, boxes in picture pixels)
     b1_in0.npy, b1_out0.npy             the first sample letterboxed and torch's output (the manifest's case)
     training.json                       how it was trained and ultralytics' test-split metrics
 
