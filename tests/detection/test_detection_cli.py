@@ -86,3 +86,11 @@ def test_out_must_be_a_folder(tmp_path, capsys):
 def test_thresholds_are_checked_by_the_parser(capsys):
     status, _, err = run(["detect", str(MODEL), "--input", str(SAMPLES), "--iou", "-0.1"], capsys)
     assert status == 2 and "not a number from 0 to 1" in err
+
+
+def test_a_malformed_label_line_names_its_file_and_line(tmp_path, capsys):
+    name = sorted(EXPECTED)[0]
+    (tmp_path / f"{Path(name).stem}.txt").write_text("0 0.5 0.5 0.2 0.2\ncircle 0.5 0.5 0.2 0.2\n")
+    status, _, err = run(["detect", str(MODEL), "--input", str(SAMPLES / name), "--labels", str(tmp_path)], capsys)
+    assert status == 1 and f"{Path(name).stem}.txt:2: a label line is `class cx cy w h`" in err
+    assert len(err.strip().splitlines()) == 1
