@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kuiper"
 
 #: sub-package -> its layer: a module may import from its own sub-package and from lower layers only; the two
 #: backends share a layer and import neither each other
-LAYERS = {"core": 0, "pnnx": 1, "layers": 2, "cpu": 3, "opencl": 3, "custom": 4, "runtime": 5, "llm": 5.2, "app": 6}
+LAYERS = {"core": 0, "pnnx": 1, "layers": 2, "cpu": 3, "opencl": 3, "custom": 4, "runtime": 5, "llm": 5.2,
+          "detection": 5.2, "app": 6}
 #: the package's __init__ gathers the engine's API (above the runtime, below the application, which uses it);
 #: `python -m kuiper` starts the application
 LAYERS |= {"kuiper": 5.5, "__main__": 7}

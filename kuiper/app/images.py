@@ -113,17 +113,22 @@ def find_images(folder: Path) -> list:
 def load_image(path, pre: Preprocess = Preprocess(), data: bytes | None = None) -> np.ndarray:
     """One image as a (1, channels, crop, crop) float32 array, prepared as `pre` says (see the module
     docstring). `data`: the file's contents when they were read already; `path` then only names it."""
+    return to_array(read_picture(path, "RGB" if pre.channels == 3 else "L", data), pre)
+
+
+def read_picture(path, mode: str = "RGB", data: bytes | None = None):
+    """Step 1 of the module docstring: the image at `path` (or in `data`, its contents) upright, as a PIL image
+    of `mode` (RGB or L)."""
     Image, ImageOps = _pillow()
     try:
         with Image.open(path if data is None else io.BytesIO(data)) as opened:
             image = ImageOps.exif_transpose(opened)
             if image.mode == "P":  # a palette may carry alpha values, which Pillow wants to go through RGBA
                 image = image.convert("RGBA")
-            image = image.convert("RGB" if pre.channels == 3 else "L")
+            return image.convert(mode)
     # what Pillow raises for a file it cannot decode (truncated, not an image, absurdly large)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ImageError(f"{path}: cannot read it as an image ({e})") from None
-    return to_array(image, pre)
 
 
 def to_array(image, pre: Preprocess = Preprocess()) -> np.ndarray:
