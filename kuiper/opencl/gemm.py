@@ -28,7 +28,7 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   for a GPU of over a hundred units, each looping over K = 4608) is split along K (`_slices`): each slice of K
   computes its partial tiles, and `gemm_sum` adds them up, then the bias and the epilogue.
 
-* "mma 64x64" runs `gemm_mma` (cl/gemm_mma.cl) on NVIDIA tensor cores, through inline PTX (mma.sync on half
+* "mma TMxTN" runs `gemm_mma` (cl/gemm_mma.cl) on NVIDIA tensor cores, through inline PTX (mma.sync on half
   inputs, float sums), with gemm_gpu's arguments and implicit im2col. Only with half storage (precision="fp16")
   on a GPU that has them (devices.tensor_cores), where the product has a tile for every compute unit.
 
@@ -93,12 +93,12 @@ COLUMN_BYTES = 64 << 20
 #: wins elsewhere (see Gemm._gpu_tiles). 32 x 32 (64 work-items) serves devices whose work-groups stop below 256.
 GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 
-#: gemm_mma's tile (cl/gemm_mma.cl): a work-group of 4 warps computes MMA_TILE outputs on tensor cores. Taken for
-#: half storage on a device that has them (devices.tensor_cores) wherever the product has a tile for every compute
-#: unit; a product with fewer keeps gemm_gpu, whose split-K fills the device.
-MMA_TILE = (64, 64)
-MMA_THREADS = 128
-MMA_NAME = f"mma {MMA_TILE[0]}x{MMA_TILE[1]}"
+#: gemm_mma's tiles (cl/gemm_mma.cl), largest first: (warps along M, warps along N, products of 16 rows and of 8
+#: columns per warp), so TM x TN = 16 * WARPS_M * MI x 8 * WARPS_N * NI. Taken for half storage on a device that
+#: has tensor cores (devices.tensor_cores), the largest whose rows the product fills, more than half its columns,
+#: with a tile for every other compute unit at least; a product with fewer keeps gemm_gpu, whose split-K fills the
+#: device. Where Winograd's rule takes a 3x3 convolution it stays there: on an H200 it beats these tiles.
+MMA_TILES = ((2, 4, 4, 4), (2, 2, 2, 4))
 
 #: split-K: enough work-groups for this many per compute unit, each slice summing at least SPLIT_SPAN of K
 #: (a thinner slice would move more partial sums than it computes)
@@ -186,6 +186,16 @@ def tile_count(tile: tuple, m: int, n: int, stack: int) -> int:
     return -(-m // tile[0]) * -(-n // tile[1]) * stack
 
 
+def mma_dims(tile: tuple) -> tuple:
+    """(TM, TN) of a gemm_mma tile (MMA_TILES)."""
+    warps_m, warps_n, mi, ni = tile
+    return 16 * warps_m * mi, 8 * warps_n * ni
+
+
+def mma_name(tile: tuple) -> str:
+    return "mma {}x{}".format(*mma_dims(tile))
+
+
 def cpu_name(width: int, taps: bool = False) -> str:
     return f"cpu {CPU_ROWS}x{width}" + (" taps" if taps else "")
 
@@ -218,10 +228,11 @@ class Gemm:
                for taps in ((False, True) if kernel_size is not None else (False,)) for block in CPU_BLOCKS]
         gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
                for tile in GPU_TILES]
-        mma = [Variant(MMA_NAME, self._mma_kernel, self._mma_launch)] if self._has_mma() else []
+        mma = [Variant(mma_name(tile), partial(self._mma_kernel, tile), partial(self._mma_launch, tile))
+               for tile in MMA_TILES] if self._has_mma() else []
         self.variants = {v.name: v for v in cpu + gpu + mma}
         self.implicit = frozenset(gpu + mma if kernel_size is not None else ())
-        self.mma = bool(mma)
+        self.mma = [v.name for v in mma]
         self.taps = frozenset(v for v in cpu if v.name.endswith(" taps"))
         self._tiles = None
         self.family = variant
@@ -255,8 +266,12 @@ class Gemm:
         variants do not apply) a taps variant from TAPS_MIN_BLOCK columns (see there); elsewhere gemm_gpu with
         the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
-        if family == "gpu" and self.mma and tile_count(MMA_TILE, m, n, stack) >= self.rt.device.max_compute_units:
-            return MMA_NAME
+        if family == "gpu" and self.mma:
+            units = self.rt.device.max_compute_units
+            for tile in MMA_TILES:
+                tm, tn = mma_dims(tile)
+                if m >= tm and 2 * n > tn and 2 * tile_count((tm, tn), m, n, stack) >= units:
+                    return mma_name(tile)
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
         if self.taps and row >= TAPS_MIN_BLOCK:
@@ -286,7 +301,7 @@ class Gemm:
         and the tiles the device runs."""
         cpu = [cpu_name(block[0], taps) for taps, width in ((False, n), (True, row if self.taps else 0))
                for block in CPU_BLOCKS if block[0] <= width] if self.family != "gpu" else []
-        gpu = [gpu_name(tile) for tile in self.tiles] + ([MMA_NAME] if self.mma else []) if self.family != "cpu" else []
+        gpu = [gpu_name(tile) for tile in self.tiles] + self.mma if self.family != "cpu" else []
         return cpu + gpu
 
     def choices(self, dims, *files, other=None) -> Variants:
@@ -322,8 +337,11 @@ class Gemm:
         options += ["-DSPLIT"] if split else self.epilogue.options
         return self.rt.kernel("gemm.cl", "gemm_gpu", options)
 
-    def _mma_kernel(self):
-        return self.rt.kernel("gemm_mma.cl", "gemm_mma", [*self._image_options, *self.epilogue.options])
+    def _mma_kernel(self, tile):
+        warps_m, warps_n, mi, ni = tile
+        return self.rt.kernel("gemm_mma.cl", "gemm_mma", [f"-DWARPS_M={warps_m}", f"-DWARPS_N={warps_n}",
+                                                          f"-DMI={mi}", f"-DNI={ni}", *self._image_options,
+                                                          *self.epilogue.options])
 
     @property
     def _image_options(self) -> list:
@@ -377,9 +395,9 @@ class Gemm:
         return q.run(self._sum_kernel, (round_up(n, 32), round_up(m, 4), stack), None, c, partial, bias, bias_mode,
                      residual, act_a, act_b, m, n, args[13], slices, *args[14:])
 
-    def _mma_launch(self, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
-        grid = (-(-n // MMA_TILE[1]) * MMA_THREADS, -(-m // MMA_TILE[0]), stack)
-        return q.run(kernel, grid, (MMA_THREADS, 1, 1), *args, *image)
+    def _mma_launch(self, tile, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
+        (tm, tn), threads = mma_dims(tile), 32 * tile[0] * tile[1]
+        return q.run(kernel, (-(-n // tn) * threads, -(-m // tm), stack), (threads, 1, 1), *args, *image)
 
     def _slices(self, tile: tuple, m: int, n: int, k: int, stack: int) -> int:
         """How many slices of K a GPU tile's product is split into: 1 when its tiles fill the device, else
