@@ -5,8 +5,8 @@
                                   [--processes ROUNDS] [--json FILE]
 
 Engines: `numpy`, `opencl` (in-order queue), `opencl-levels` (levelized schedule on an out-of-order queue),
-`torch` (eager, on --torch-device; on CUDA with TF32 off so that both sides compute in fp32) and
-`onnxruntime` (CPU; benchmarks/onnx_engine.py). Every
+`torch` (eager, on --torch-device; on CUDA with TF32 off so that both sides compute in fp32), `torch-graphs`
+(the same captured once as a CUDA graph and replayed) and `onnxruntime` (CPU; benchmarks/onnx_engine.py). Every
 engine is timed end to end: the input comes from host memory and the logits go back to it.
 
 Both sides run the same weights (tools/export_models.build_model rebuilds the exported torch model), and
@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads")
-    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, torch, "
-                        "onnxruntime; "
+    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, "
+                        "torch, torch-graphs, onnxruntime; "
                         "opencl@SPEC runs on the device SPEC names (opencl@Intel, opencl-levels@0:0); with "
                         "--processes, ENGINE=DIR runs ENGINE from the kuiper checkout in DIR")
     parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
@@ -149,8 +149,8 @@ def batch_case(np, batch: int):
 
 def make_engine(name: str, args, x):
     """(label, forward) for one engine, or None when torch is not installed."""
-    if name == "torch":
-        return torch_engine(args, x)
+    if name in ("torch", "torch-graphs"):
+        return torch_engine(args, x, graphs=name == "torch-graphs")
     if name == "onnxruntime":
         return onnxruntime_engine(args, x)
     import kuiper
@@ -185,7 +185,28 @@ def onnxruntime_engine(args, x):
     return engine and (engine[0], lambda: engine[1](x))
 
 
-def torch_engine(args, x):
+def cuda_graph_forward(torch, model, tx, device, half: bool):
+    """The model captured once as a CUDA graph on a static input: each forward copies the input in, replays the
+    graph and copies the logits out, with none of eager mode's launches from Python."""
+    static = torch.empty(tx.shape, device=device, dtype=torch.float16 if half else torch.float32)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):  # warm-up on a side stream, as capture requires
+            model(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        out = model(static)
+
+    def forward():
+        static.copy_(tx.to(device))
+        graph.replay()
+        return out.float().cpu().numpy()
+    return forward
+
+
+def torch_engine(args, x, graphs: bool = False):
     try:
         import torch
 
@@ -207,7 +228,10 @@ def torch_engine(args, x):
             x_device = tx.to(device)
             return model(x_device.half() if half else x_device).float().cpu().numpy()  # .cpu() waits for the GPU
 
-    label = f"torch-{torch.__version__}-eager-{args.torch_device}" + ("-fp16" if half else "")
+    if graphs:
+        forward = cuda_graph_forward(torch, model, tx, device, half)
+    mode = "cuda-graphs" if graphs else "eager"
+    label = f"torch-{torch.__version__}-{mode}-{args.torch_device}" + ("-fp16" if half else "")
     if device.type == "cuda":
         label += f" ({torch.cuda.get_device_name(device)})"
     return label, forward

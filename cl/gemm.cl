@@ -17,21 +17,8 @@
 //             work-item accumulates RM x RN outputs from them; local size must be (TN / RN, TM / RM).
 //             Built with KH and KW, it reads B as implicit im2col of a convolution's input.
 
-#include "epilogue.h"
+#include "gemm.h"
 #include "lanes.h"
-
-// The offset of product z's matrix, in elements (long: a batch of activations can pass 2^31 elements).
-inline long stack_offset(int z, int groups, long offset, long group_stride, long item_stride) {
-    return offset + (long)(z % groups) * group_stride + (long)(z / groups) * item_stride;
-}
-
-inline float bias_of(__global const store_t* bias, int bias_mode, int g, int m, int n, int M, int N) {
-    return bias_mode == 1 ? LOAD(bias, g * M + m) : bias_mode == 2 ? LOAD(bias, g * N + n) : 0.0f;
-}
-
-#define STACK_ARGS                                                                                         \
-    const int groups, const long off_a, const long off_b, const long off_c, const long group_a,           \
-    const long group_b, const long group_c, const long item_a, const long item_b, const long item_c
 
 #ifdef VN
 // ---- CPU: register blocks of MB rows x NV vectors of VN columns ------------------------------------------
@@ -211,12 +198,6 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
 #error "RM and RN must be multiples of 4, and the work-group a multiple of TN / 4"
 #endif
 
-#ifdef KH
-#define IMAGE_ARGS , const int height, const int width, const int out_w, const int stride_h, const int stride_w, \
-    const int pad_h, const int pad_w, const int dilation_h, const int dilation_w
-#else
-#define IMAGE_ARGS
-#endif
 #ifdef SPLIT
 #define SPLIT_ARGS , const int slices, const int span, __global float* restrict partial
 #else

@@ -1,10 +1,12 @@
-"""OpenCL: the devices (devices.py), the runtime every OpenCL layer enqueues through (runtime.py), the shared
-GEMM launcher (gemm.py) and kernel variants chosen by measurement (tuning.py). Kernels live in cl/."""
+"""OpenCL: the devices (devices.py), the runtime every OpenCL layer enqueues through (runtime.py, enqueuer.py),
+forwards replayed from a recording (replay.py), the shared GEMM launcher (gemm.py) and kernel variants chosen by
+measurement (tuning.py). Kernels live in cl/."""
 
 from kuiper.opencl.devices import (
     all_devices, describe, expose_pip_drivers, probe, select_device, spec_of, usable_devices,
 )
-from kuiper.opencl.runtime import BufferPool, DeviceTensor, Enqueuer, OpenCLRuntime, get_runtime, round_up
+from kuiper.opencl.runtime import BufferPool, DeviceTensor, OpenCLRuntime, get_runtime, round_up
+from kuiper.opencl.enqueuer import Enqueuer
 
 __all__ = [
     "BufferPool", "DeviceTensor", "Enqueuer", "OpenCLRuntime", "all_devices", "describe", "expose_pip_drivers",

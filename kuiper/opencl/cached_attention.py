@@ -42,6 +42,8 @@ CPU_CHUNK = 128
 
 @opencl("kuiper.CachedAttention")
 class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
+    replayable = False  # its launches follow the positions its cache holds
+
     def __init__(self, op):
         super().__init__(op)
         self.cl_runtime = None  # the runtime the kernels and the cache belong to

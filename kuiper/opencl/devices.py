@@ -153,6 +153,17 @@ def is_cpu(device) -> bool:
     return bool(device.type & _cl().device_type.CPU)
 
 
+def tensor_cores(device) -> bool:
+    """Whether cl/gemm_mma.cl runs here: an NVIDIA GPU of compute capability 8.0 or newer (mma.sync on half),
+    whose OpenCL compiler takes inline PTX. The compute capability comes from cl_nv_device_attribute_query."""
+    if not is_gpu(device) or "cl_nv_device_attribute_query" not in device.extensions:
+        return False
+    try:
+        return device.get_info(_cl().device_info.COMPUTE_CAPABILITY_MAJOR_NV) >= 8
+    except Exception:  # a driver that lists the extension but answers nothing: no tensor cores to rely on
+        return False
+
+
 def describe(device) -> dict:
     cl = _cl()
     info = {

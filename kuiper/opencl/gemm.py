@@ -28,6 +28,10 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   for a GPU of over a hundred units, each looping over K = 4608) is split along K (`_slices`): each slice of K
   computes its partial tiles, and `gemm_sum` adds them up, then the bias and the epilogue.
 
+* "mma TMxTN" runs `gemm_mma` (cl/gemm_mma.cl) on NVIDIA tensor cores, through inline PTX (mma.sync on half
+  inputs, float sums), with gemm_gpu's arguments and implicit im2col. Only with half storage (precision="fp16")
+  on a GPU that has them (devices.tensor_cores), where the product has a tile for every compute unit.
+
 A fused operator's epilogue (kuiper/layers/fused.py) runs in the kernel that stores C when it has the shape
 a `KernelEpilogue` takes: at most one residual sum, then at most one activation. Each value then gets the
 other tensor added and the activation applied in registers, where separate kernels would read and write the
@@ -45,7 +49,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kuiper.core.cpuinfo import cpu_flags
-from kuiper.opencl.devices import configured_target
+from kuiper.opencl.devices import configured_target, tensor_cores
 from kuiper.opencl.runtime import round_up
 from kuiper.core.variants import Variant, Variants
 
@@ -88,6 +92,13 @@ COLUMN_BYTES = 64 << 20
 #: a GPU, 128 x 128 tiles win only where the product fills them and has a tile for every compute unit; 64 x 64
 #: wins elsewhere (see Gemm._gpu_tiles). 32 x 32 (64 work-items) serves devices whose work-groups stop below 256.
 GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
+
+#: gemm_mma's tiles (cl/gemm_mma.cl), largest first: (warps along M, warps along N, products of 16 rows and of 8
+#: columns per warp), so TM x TN = 16 * WARPS_M * MI x 8 * WARPS_N * NI. Taken for half storage on a device that
+#: has tensor cores (devices.tensor_cores), the largest whose rows the product fills, more than half its columns,
+#: with a tile for every other compute unit at least; a product with fewer keeps gemm_gpu, whose split-K fills the
+#: device. Where Winograd's rule takes a 3x3 convolution it stays there: on an H200 it beats these tiles.
+MMA_TILES = ((2, 4, 4, 4), (2, 2, 2, 4))
 
 #: split-K: enough work-groups for this many per compute unit, each slice summing at least SPLIT_SPAN of K
 #: (a thinner slice would move more partial sums than it computes)
@@ -170,6 +181,21 @@ class ConstantB:
                     groups=self.panels or 1)
 
 
+def tile_count(tile: tuple, m: int, n: int, stack: int) -> int:
+    """How many work-groups of `tile` (TM, TN, ...) cover `stack` products of m x n."""
+    return -(-m // tile[0]) * -(-n // tile[1]) * stack
+
+
+def mma_dims(tile: tuple) -> tuple:
+    """(TM, TN) of a gemm_mma tile (MMA_TILES)."""
+    warps_m, warps_n, mi, ni = tile
+    return 16 * warps_m * mi, 8 * warps_n * ni
+
+
+def mma_name(tile: tuple) -> str:
+    return "mma {}x{}".format(*mma_dims(tile))
+
+
 def cpu_name(width: int, taps: bool = False) -> str:
     return f"cpu {CPU_ROWS}x{width}" + (" taps" if taps else "")
 
@@ -202,8 +228,11 @@ class Gemm:
                for taps in ((False, True) if kernel_size is not None else (False,)) for block in CPU_BLOCKS]
         gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
                for tile in GPU_TILES]
-        self.variants = {v.name: v for v in cpu + gpu}
-        self.implicit = frozenset(gpu if kernel_size is not None else ())
+        mma = [Variant(mma_name(tile), partial(self._mma_kernel, tile), partial(self._mma_launch, tile))
+               for tile in MMA_TILES] if self._has_mma() else []
+        self.variants = {v.name: v for v in cpu + gpu + mma}
+        self.implicit = frozenset(gpu + mma if kernel_size is not None else ())
+        self.mma = [v.name for v in mma]
         self.taps = frozenset(v for v in cpu if v.name.endswith(" taps"))
         self._tiles = None
         self.family = variant
@@ -218,6 +247,9 @@ class Gemm:
         if self._tiles is None:
             self._tiles = [tile for tile in GPU_TILES if self._runs(tile)]
         return self._tiles
+
+    def _has_mma(self) -> bool:
+        return self.rt.precision == "fp16" and not self.rt.is_cpu and tensor_cores(self.rt.device)
 
     def _runs(self, tile) -> bool:
         import pyopencl as cl
@@ -234,6 +266,12 @@ class Gemm:
         variants do not apply) a taps variant from TAPS_MIN_BLOCK columns (see there); elsewhere gemm_gpu with
         the tiles of _gpu_tiles (gemm_cpu where the device runs none)."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
+        if family == "gpu" and self.mma:
+            units = self.rt.device.max_compute_units
+            for tile in MMA_TILES:
+                tm, tn = mma_dims(tile)
+                if m >= tm and 2 * n > tn and 2 * tile_count((tm, tn), m, n, stack) >= units:
+                    return mma_name(tile)
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
         if self.taps and row >= TAPS_MIN_BLOCK:
@@ -263,7 +301,7 @@ class Gemm:
         and the tiles the device runs."""
         cpu = [cpu_name(block[0], taps) for taps, width in ((False, n), (True, row if self.taps else 0))
                for block in CPU_BLOCKS if block[0] <= width] if self.family != "gpu" else []
-        gpu = [gpu_name(tile) for tile in self.tiles] if self.family != "cpu" else []
+        gpu = [gpu_name(tile) for tile in self.tiles] + self.mma if self.family != "cpu" else []
         return cpu + gpu
 
     def choices(self, dims, *files, other=None) -> Variants:
@@ -273,7 +311,7 @@ class Gemm:
 
         other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), more candidates:
         its `variants`, built from its kernel `file`, of which the rule takes other.preferred(shapes) if any."""
-        variants, files = [*self.variants.values()], ["gemm.cl", *files]
+        variants, files = [*self.variants.values()], ["gemm.cl", *(["gemm_mma.cl"] if self.mma else []), *files]
         if other is not None:
             variants += other.variants
             files.append(other.file)
@@ -294,12 +332,21 @@ class Gemm:
 
     def _gpu_kernel(self, tile, split: bool = False):
         tm, tn, tk, rm, rn = tile
-        options = [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}"]
-        if self.kernel_size is not None:
-            options += [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}"]
+        options = [f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DRM={rm}", f"-DRN={rn}", *self._image_options]
         # the split kernel stores partial sums: the epilogue is gemm_sum's
         options += ["-DSPLIT"] if split else self.epilogue.options
         return self.rt.kernel("gemm.cl", "gemm_gpu", options)
+
+    def _mma_kernel(self, tile):
+        warps_m, warps_n, mi, ni = tile
+        return self.rt.kernel("gemm_mma.cl", "gemm_mma", [f"-DWARPS_M={warps_m}", f"-DWARPS_N={warps_n}",
+                                                          f"-DMI={mi}", f"-DNI={ni}", *self._image_options,
+                                                          *self.epilogue.options])
+
+    @property
+    def _image_options(self) -> list:
+        """The kernels' options for implicit im2col of this Gemm's convolution (none for a plain product)."""
+        return [] if self.kernel_size is None else [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}"]
 
     # ---- launching ----------------------------------------------------------------------------------
     def __call__(self, q, m: int, n: int, k: int, c: Matrix, a: Matrix, b: Matrix, *, groups: int = 1,
@@ -348,10 +395,14 @@ class Gemm:
         return q.run(self._sum_kernel, (round_up(n, 32), round_up(m, 4), stack), None, c, partial, bias, bias_mode,
                      residual, act_a, act_b, m, n, args[13], slices, *args[14:])
 
+    def _mma_launch(self, tile, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
+        (tm, tn), threads = mma_dims(tile), 32 * tile[0] * tile[1]
+        return q.run(kernel, (-(-n // tn) * threads, -(-m // tm), stack), (threads, 1, 1), *args, *image)
+
     def _slices(self, tile: tuple, m: int, n: int, k: int, stack: int) -> int:
         """How many slices of K a GPU tile's product is split into: 1 when its tiles fill the device, else
         enough for SPLIT_GROUPS_PER_UNIT work-groups per compute unit, each summing at least SPLIT_SPAN."""
-        tiles = -(-m // tile[0]) * -(-n // tile[1]) * stack
+        tiles = tile_count(tile, m, n, stack)
         wanted = SPLIT_GROUPS_PER_UNIT * self.rt.device.max_compute_units
         return max(1, min(-(-wanted // tiles), k // SPLIT_SPAN))
 
@@ -370,7 +421,7 @@ class Gemm:
         unit; else the smallest."""
         units = self.rt.device.max_compute_units
         for tile in self.tiles:
-            if 2 * m > tile[0] and 2 * n > tile[1] and -(-m // tile[0]) * -(-n // tile[1]) * stack >= units:
+            if 2 * m > tile[0] and 2 * n > tile[1] and tile_count(tile, m, n, stack) >= units:
                 return tile
         return self.tiles[-1]
 

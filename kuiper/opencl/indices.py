@@ -18,7 +18,8 @@ import weakref
 
 import numpy as np
 
-from kuiper.opencl.runtime import DeviceTensor, Enqueuer
+from kuiper.opencl.enqueuer import Enqueuer
+from kuiper.opencl.runtime import DeviceTensor
 
 #: the OpenCL C type of each integer dtype, for kernels that read indices on the device (built with -DINDEX=...)
 INDEX_TYPES = {np.dtype(t): name for t, name in [

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from kuiper.opencl.runtime import DeviceTensor, Enqueuer
+from kuiper.opencl.enqueuer import Enqueuer
+from kuiper.opencl.runtime import DeviceTensor
 
 
 class OpenCLLayer:
     """Mixin for a layer with an OpenCL forward; put it before the reference class in the bases."""
+
+    #: whether the launches of forward_opencl follow from the input shapes alone, so that a recorded forward may
+    #: enqueue them again (kuiper/opencl/replay.py); False for a layer whose launches follow state it keeps
+    replayable = True
 
     @property
     def supports_opencl(self) -> bool:

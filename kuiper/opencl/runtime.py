@@ -7,8 +7,8 @@ expensive: PoCL takes a good part of a second or more per program). Layers talk 
                rt.upload(weights)                                a device copy of a weight, made once
   at forward   q.run(kernel, global_size, local_size, *args)      enqueue without waiting on the host
 
-`q` is an Enqueuer: it knows which operator is running, hands each kernel the events it must wait for
-(levelized schedule) and keeps every kernel's event for profiling.
+`q` is an Enqueuer (enqueuer.py): it knows which operator is running, hands each kernel the events it must
+wait for (levelized schedule) and keeps every kernel's event for profiling.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ class OpenCLRuntime:
         self._programs = {}
         self._arg_types = {}  # id(program) -> {kernel: argument type names} for programs made from kept binaries
         self._kernels = {}
+        self._kernel_names = {}  # kernel -> its arguments' type names (kernel_copy)
         self._views = {"fp32": self}
         self.pool = BufferPool(self)
         self.scratch = {}  # role -> the Scratch that every operator takes for it (Enqueuer.scratch)
@@ -198,7 +199,15 @@ class OpenCLRuntime:
             names = self._arg_types.get(id(program), {}).get(name) or _arg_type_names(kernel, name)
             kernel.set_scalar_arg_dtypes(_scalar_types(names))
             self._kernels[key] = kernel  # only once it is fully set up: a failure above is not remembered
+            self._kernel_names[kernel] = names
         return kernel
+
+    def kernel_copy(self, kernel):
+        """Another Kernel object for the function of `kernel` (one of kernel()'s), its scalar types declared alike:
+        one whose arguments can be set once and kept, where kernel() hands every caller the same object."""
+        copy = _cl().Kernel(kernel.program, kernel.function_name)
+        copy.set_scalar_arg_dtypes(_scalar_types(self._kernel_names[kernel]))
+        return copy
 
     def source_hash(self, file) -> str:
         """The hash of cl/<file> (or an absolute path) and of the headers it includes: what the program cache
@@ -394,98 +403,3 @@ class BufferPool:
     def slots(self, assignment) -> list:
         """One buffer per slot of a liveness assignment."""
         return [self.take(size) for size in assignment.slot_sizes]
-
-
-# ---- enqueueing during a forward ----------------------------------------------------------------------
-class Enqueuer:
-    """What a layer's forward_opencl enqueues through. In the in-order schedule every kernel goes on the
-    one queue in order; in the levelized schedule each command of an operator waits on an out-of-order
-    queue for the one before it, and its first command for the last events of the operator's producers.
-    A layer can therefore enqueue several dependent kernels (im2col, then GEMM) as if the queue were
-    in order."""
-
-    def __init__(self, runtime: OpenCLRuntime, levels: bool = False):
-        self.runtime = runtime
-        self.queue = runtime.ooo_queue if levels else runtime.queue
-        self.levels = levels and runtime.out_of_order
-        self.events = {}      # operator name -> [events]
-        self._done = {}       # operator name -> the events after which all it enqueued is complete
-        self._op = self._current = None
-        self._wait = None
-        self._scratch_users = {}  # role -> the last operator that took the runtime's scratch for it
-
-    def begin(self, op, producers) -> None:
-        self._op = op.name
-        self._current = self.events.setdefault(op.name, [])
-        if self.levels:
-            self._wait = [e for p in producers for e in self._done.get(p.name, ())] or None
-            # an operator that enqueues nothing (an empty copy) is complete once its inputs are
-            self._done[op.name] = self._wait or []
-
-    def _issued(self, event):
-        self._current.append(event)
-        if self.levels:  # the operator's next command waits for this one, which waited for the rest
-            self._wait = self._done[self._op] = [event]
-        return event
-
-    def scratch(self, role: str, nbytes: int):
-        """The runtime's scratch buffer for `role` ("padded", "columns", ...), made at least nbytes large, for the
-        operator being enqueued: a layer's working space between its own kernels, whose contents no other
-        operator reads. Every operator takes the same one, so a model needs as much as its largest layer, not
-        the sum (ResNet-18 at batch 8: 17 MB, not 89). In order, operators run one after another; in the
-        levelized schedule the operator's next command also waits for the last one that took it. Graphs that
-        share a runtime must therefore run their forwards one at a time, not from two threads at once."""
-        if self.levels:
-            last = self._scratch_users.get(role)
-            if last is not None and last != self._op:
-                self._wait = [*(self._wait or ()), *self._done[last]]
-            self._scratch_users[role] = self._op
-        scratch = self.runtime.scratch.get(role) or self.runtime.scratch.setdefault(role, Scratch(self.runtime))
-        return scratch.fit(nbytes)
-
-    def run(self, kernel, global_size, local_size, *args, offset=None):
-        """Enqueue one kernel over `global_size` work-items (local size None lets the driver choose), their
-        global ids starting at `offset` (default 0)."""
-        kernel.set_args(*args)
-        return self._issued(_cl().enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size,
-                                                           global_work_offset=offset, wait_for=self._wait))
-
-    def run_exact(self, kernel, global_size, span: int, *args):
-        """Enqueue `kernel` over exactly `global_size` work-items, for a kernel with no bounds check: dimension 0
-        in whole spans of `span` (a size PoCL can split into vectors), then its ragged end apart, at an offset.
-        On CPUs PoCL runs neighbouring work-items as the lanes of a vector only where the kernel is straight-line
-        code: a bounds check made it store lane by lane (cl/resize.cl, cl/activation.cl)."""
-        whole, rest = global_size[0] - global_size[0] % span, tuple(global_size[1:])
-        if whole:
-            self.run(kernel, (whole, *rest), None, *args)
-        if whole < global_size[0]:
-            self.run(kernel, (global_size[0] - whole, *rest), None, *args, offset=(whole, *(0 for _ in rest)))
-
-    def write(self, buffer, array: np.ndarray):
-        """Upload a host array without waiting (the final blocking read orders everything after it)."""
-        return self._issued(_cl().enqueue_copy(self.queue, buffer, array, is_blocking=False, wait_for=self._wait))
-
-    def run_on_host(self, layer, inputs: list, outputs: list) -> None:
-        """An operator with no OpenCL forward: download its inputs, run numpy, upload its outputs."""
-        self.finish()
-        rt = self.runtime
-        host_out = [np.empty(t.shape, dtype=rt.computed(t.dtype)) for t in outputs]
-        layer.forward_numpy([rt.loaded(t.numpy()) for t in inputs], host_out)
-        for tensor, array in zip(outputs, host_out):
-            if array.size:
-                with np.errstate(over="ignore"):  # past half's range: ±inf, as on the device
-                    array = array.astype(tensor.dtype, copy=False)
-                _cl().enqueue_copy(self.queue, tensor.buffer, array, is_blocking=True)
-
-    def finish(self) -> None:
-        self.queue.finish()
-
-    def copy(self, dest, src, nbytes: int, dest_offset: int = 0, src_offset: int = 0):
-        """A device-to-device copy, ordered like a kernel."""
-        return self._issued(_cl().enqueue_copy(self.queue, dest, src, byte_count=int(nbytes),
-                                               dst_offset=int(dest_offset), src_offset=int(src_offset),
-                                               wait_for=self._wait))
-
-    def kernel_seconds(self, op_name: str) -> float:
-        """Device time of an operator's kernels (call after the queue has finished)."""
-        return sum((e.profile.end - e.profile.start) * 1e-9 for e in self.events.get(op_name, ()))

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from kuiper.core.errors import BackendError, KuiperWarning
-from kuiper.opencl.runtime import DeviceTensor, Enqueuer
+from kuiper.opencl.enqueuer import Enqueuer
+from kuiper.opencl.runtime import DeviceTensor
 from kuiper.core.variants import shape_key
 
 RULE, MEASURE = "rule", "measure"

@@ -4,6 +4,7 @@
     build(order)            once, after the layers exist: compile kernels, upload weights
     prepare(plan, order)    once per input signature: give the plan its buffers, choose kernel variants
     forward(plan)           a context around one forward (kuiper's threads awake; an OpenCL enqueuer)
+    replay(plan, inputs, feeds)   feed the inputs and replay a recorded forward instead of the walk (True), or not
     feed(op, array, plan)   the tensor a graph input hands over
     output(operand, plan)   the tensor an operator writes an operand into
     run(op, inputs, outputs, plan)   one operator
@@ -54,6 +55,9 @@ class NumpyExecutor:
     def forward(self, plan):
         # layers split their work over kuiper's threads, awake for the forward; BLAS keeps to one meanwhile
         return threads.active()
+
+    def replay(self, plan, input_operators: list, feeds: dict) -> bool:
+        return False  # the layers' own work is the host's time here: nothing to replay
 
     def feed(self, op, array: np.ndarray, plan) -> Tensor:
         return Tensor.from_numpy(array)

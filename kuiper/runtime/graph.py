@@ -325,8 +325,9 @@ class RuntimeGraph:
             if op.layer is not None:
                 host_times.append((op, time.perf_counter() - started))
 
-        with self.executor.forward(plan):
-            self._bfs(run, trace)
+        with self.executor.forward(plan):  # a backend may replay a recorded forward instead (opencl/replay.py)
+            if trace or profile or not self.executor.replay(plan, self.input_operators, feeds):
+                self._bfs(run, trace)
         outputs = self.executor.results(self.output_operands)
         if profile:
             self.last_profile = [(op, seconds, self.executor.device_seconds(op)) for op, seconds in host_times]

@@ -2,7 +2,8 @@
 buffers from the device's pool, every operator enqueued without waiting, one upload per input and one download
 per output. Operators whose layer has no OpenCL forward run on numpy with explicit transfers. With
 precision="fp16" the inputs cross as float32 into a staging buffer and a kernel stores them as half on the
-device (cl/convert.cl), and the outputs come back the same way."""
+device (cl/convert.cl), and the outputs come back the same way. A plan's first forward is recorded, and later
+ones replay it where they can (kuiper/opencl/replay.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
 from kuiper.opencl.copy_chain import CopyChain
 from kuiper.opencl.fused import FusedLayer
 from kuiper.opencl.layer import runs_on_device
+from kuiper.opencl.replay import Replay
 from kuiper.opencl.runtime import Scratch
 from kuiper.opencl.tuning import MEASURE, TuningCache, choose
 from kuiper.runtime.backends import backend_class
@@ -73,19 +75,35 @@ class OpenCLExecutor:
 
     @contextlib.contextmanager
     def forward(self, plan):
-        self.enqueuer = Enqueuer(self.runtime, levels=self.schedule == "levels")
+        self.enqueuer = q = Enqueuer(self.runtime, levels=self.schedule == "levels")
         self.plan = plan
+        record = not q.levels and plan.replay is None
+        q.recording = [] if record else None
         yield
+        if record and q.recording is not None:  # nothing in the forward made it depend on more than shapes
+            plan.replay = Replay(self.runtime, q.recording)
+
+    def replay(self, plan, input_operators: list, feeds: dict) -> bool:
+        """Upload the inputs and enqueue the plan's recorded forward, if it has one (False: walk the graph)."""
+        if plan.replay is None:
+            return False
+        for op in input_operators:
+            self.feed(op, feeds[op.name], plan)
+        plan.replay.enqueue(self.enqueuer.queue)
+        return True
 
     def feed(self, op, array, plan) -> DeviceTensor:
         tensor = plan.tensors[op.output_operand.name]
-        self.enqueuer.begin(op, ())
+        q = self.enqueuer
+        recording, q.recording = q.recording, None  # the upload is each forward's own, not the recording's
+        q.begin(op, ())
         if tensor.dtype == array.dtype:
             self.enqueuer.write(tensor.buffer, array)  # the one upload of this input
         else:
             staging = self._staging(op.output_operand.name, array.nbytes)
             self.enqueuer.write(staging, array)
             self._convert("to_storage", tensor.buffer, staging, tensor.size)
+        q.recording = recording
         return tensor
 
     def output(self, operand, plan) -> DeviceTensor:
@@ -93,6 +111,8 @@ class OpenCLExecutor:
 
     def run(self, op, inputs: list, outputs: list, plan) -> None:
         self.enqueuer.begin(op, [o.producer for o in op.input_operands] + plan.reuse_waits.get(op.name, []))
+        if not getattr(op.layer, "replayable", False):  # (a host fallback is not an OpenCLLayer)
+            self.enqueuer.recording = None
         if op in self.host_fallbacks:
             self.enqueuer.run_on_host(op.layer, inputs, outputs)
         else:
@@ -102,7 +122,7 @@ class OpenCLExecutor:
         self.enqueuer.finish()
         downloads = []  # the one download of each output, in the graph's dtype
         for operand in operands:
-            tensor, dtype = operand.tensor, self.plan.dtypes[operand.name]
+            tensor, dtype = self.plan.tensors[operand.name], self.plan.dtypes[operand.name]
             if tensor.dtype != dtype:
                 staging = self._staging(operand.name, tensor.size * dtype.itemsize)
                 self._convert("from_storage", staging, tensor.buffer, tensor.size)

@@ -103,6 +103,7 @@ class ExecutionPlan:
         self.tensors = {}      # operand name -> the tensor forward writes it into
         self.variants = {}     # operator name -> the variant chosen for these shapes
         self.reuse_waits = {}  # operator name -> operators it must wait for (see reuse_waits)
+        self.replay = None     # a recorded forward that the backend enqueues again (kuiper/opencl/replay.py)
 
     def place(self, slots: list, view) -> None:
         """Give every pooled operand its tensor, `view(slot, shape, dtype)`, and every alias a view of the slot of

@@ -1,0 +1,70 @@
+"""Replayed forwards (kuiper/opencl/replay.py): a plan's first forward is recorded and later ones enqueue the
+recording. Every committed model, replayed on other inputs than it recorded, gives PyTorch's outputs; a replay
+walks no layer; what cannot be replayed (state a layer keeps, a host fallback, profiling) walks the graph."""
+
+import numpy as np
+import pytest
+
+import kuiper
+from conftest import model_cases, model_names, model_paths
+from kuiper.opencl.devices import spec_of
+from kuiper.opencl.layer import OpenCLLayer
+
+
+def other_inputs(inputs: list) -> list:
+    """Inputs of the same shapes and dtypes with other values (integer inputs kept: they are token ids)."""
+    rng = np.random.default_rng(5)
+    return [rng.standard_normal(x.shape).astype(x.dtype) if x.dtype.kind == "f" else x for x in inputs]
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_a_replayed_forward_gives_pytorchs_outputs(cl_runtime, name):
+    param, bin_ = model_paths(name)
+    graph = kuiper.load(param, bin_, backend="opencl", device=spec_of(cl_runtime.device))
+    for _, inputs, refs in model_cases(name)[:2]:
+        graph.forward(*other_inputs(inputs))  # recorded
+        for out, ref in zip(graph.forward(*inputs), refs):  # replayed where the plan could be recorded
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+
+
+def unet(cl_runtime):
+    param, bin_ = model_paths("unet_tiny")
+    (_, inputs, refs), = [c for c in model_cases("unet_tiny") if c[0] == "b2"]
+    return kuiper.load(param, bin_, backend="opencl", device=spec_of(cl_runtime.device)), inputs, refs
+
+
+def test_a_replay_walks_no_layer(cl_runtime, monkeypatch):
+    graph, inputs, refs = unet(cl_runtime)
+    graph.forward(*other_inputs(inputs))
+    plan = graph.plan_for(*(x.shape for x in inputs))
+    assert plan.replay is not None and len(plan.replay) > 0
+
+    def walked(*args):
+        raise AssertionError("a replayed forward ran a layer's forward_opencl")
+    for op in graph.order:
+        if isinstance(op.layer, OpenCLLayer):
+            monkeypatch.setattr(op.layer, "forward_opencl", walked)
+    np.testing.assert_allclose(graph.forward(*inputs)[0], refs[0], rtol=1e-4, atol=1e-4 * np.abs(refs[0]).max())
+
+
+def test_state_a_layer_keeps_or_profiling_walks_the_graph(cl_runtime, monkeypatch):
+    graph, inputs, refs = unet(cl_runtime)
+    stateful = next(op.layer for op in graph.order if isinstance(op.layer, OpenCLLayer))
+    monkeypatch.setattr(stateful, "replayable", False)
+    graph.forward(*inputs)
+    assert graph.plan_for(*(x.shape for x in inputs)).replay is None  # never recorded: every forward walks
+
+    graph, inputs, refs = unet(cl_runtime)
+    graph.forward(*inputs)
+    graph.forward(*inputs, profile=True)
+    assert len(graph.last_profile) == len([op for op in graph.order if op.layer is not None])
+
+
+def test_plans_of_two_shapes_each_replay_their_own(cl_runtime):
+    graph, inputs, refs = unet(cl_runtime)
+    one = [x[:1] for x in inputs]
+    expected_one = graph.forward(*one)[0]
+    graph.forward(*other_inputs(inputs))
+    for _ in range(2):
+        np.testing.assert_allclose(graph.forward(*inputs)[0], refs[0], rtol=1e-4, atol=1e-4 * np.abs(refs[0]).max())
+        np.testing.assert_array_equal(graph.forward(*one)[0], expected_one)
