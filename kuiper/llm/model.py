@@ -140,7 +140,7 @@ class LanguageModel:
                 f"{self.config.path}: the weights in float32 ({memory.format_bytes(weights)}) and a KV cache of "
                 f"{positions} positions ({memory.format_bytes(cache)}) need {memory.format_bytes(needed)}, over "
                 f"the memory limit of {memory.format_bytes(limit)} (memory_limit=, {memory.ENV}; cache_tokens= or "
-                f"cache_tokens= shrinks the cache)")
+                f"context= shrinks the cache)")
 
     # ---- forward: prefill and decode ----------------------------------------------------------------------
     def reset(self) -> None:
