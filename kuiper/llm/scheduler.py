@@ -14,6 +14,11 @@ them their worst case (prompt + max_tokens positions, in blocks); finished or ca
 once and give their blocks back. Blocks are taken as a sequence grows (paged.py), so the memory held follows the
 tokens, and the promise means a running generation never waits for memory.
 
+The forwards run in the scheduler's thread, and the numpy backend holds BLAS at one thread during a forward
+(kuiper/cpu/threads.py: `active`). OpenBLAS told so from a thread other than the main one runs that thread's
+products several times slower (measured in docs/serve.md), so the scheduler opens that span in the thread that
+makes it, for as long as it runs, and the forwards in its own thread find BLAS held already.
+
 Each generation samples from its own logits with its own random generator (sampling.py), so its tokens do not
 depend on what else is in the batch: greedy ones are those of LanguageModel.generate for the same prompt, and
 seeded ones too. Its text goes out piece by piece (streaming.py), held back where it might be the start of a
@@ -30,6 +35,7 @@ from collections import deque
 import numpy as np
 
 from kuiper.core.errors import InputError, KuiperError
+from kuiper.cpu import threads
 from kuiper.llm.paged import BLOCK_SIZE, Sequence, blocks_for
 from kuiper.llm.sampling import SamplingOptions, next_token
 from kuiper.llm.streaming import TextStream
@@ -97,6 +103,8 @@ class Scheduler:
         self.error = None  # the last failed step's error, for /health
         self.wake = threading.Condition()
         self.closing = False
+        self.span = threads.active()
+        self.span.__enter__()
         self.thread = threading.Thread(target=self._loop, name="kuiper-scheduler", daemon=True)
         self.thread.start()
 
@@ -138,7 +146,9 @@ class Scheduler:
         with self.wake:
             self.closing = True
             self.wake.notify()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.thread.join()
+            self.span.__exit__(None, None, None)
 
     def load(self) -> dict:
         """What the scheduler holds now, for /health."""
