@@ -184,9 +184,9 @@ class CachedAttention(Layer):
         grouped_q = q.reshape(self.num_kv_heads, self.group, tokens, dim)
         scores = grouped_q @ keys[:, None].swapaxes(-1, -2)  # (kv_heads, group, n, end): one head for the group
         scores *= np.float32(1 / math.sqrt(dim))
-        # causal: the token at position start + s sees positions 0 .. start + s
-        seen = np.arange(end)[None, :] <= np.arange(start, end)[:, None]  # (n, end)
-        scores[..., ~seen] = -np.inf
+        if tokens > 1:  # causal: the token at position start + s sees positions 0 .. start + s (one token: all)
+            seen = np.arange(end)[None, :] <= np.arange(start, end)[:, None]  # (n, end)
+            scores[..., ~seen] = -np.inf
         scores -= scores.max(axis=-1, keepdims=True)  # the largest of a row is its own position's, always finite
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)

@@ -146,9 +146,10 @@ class Scheduler:
         with self.wake:
             self.closing = True
             self.wake.notify()
-        if self.thread.is_alive():
-            self.thread.join()
+        self.thread.join()
+        if self.span is not None:
             self.span.__exit__(None, None, None)
+            self.span = None
 
     def load(self) -> dict:
         """What the scheduler holds now, for /health."""
