@@ -191,3 +191,32 @@ def test_a_client_leaving_mid_stream_frees_its_blocks(lm, server):
         assert server.scheduler.running
     wait_for(lambda: not server.scheduler.running and
              server.scheduler.load()["kv_blocks_held"] == len(lm.sequence.table))
+
+
+def test_the_command_checks_its_options_before_loading(capsys):
+    from kuiper.app.cli import main
+
+    assert main(["serve", "--max-batch", "0"]) == 1
+    assert "--max-batch 0: out of range" in capsys.readouterr().err
+    assert main(["serve", "/no/such/model"]) == 1
+    assert "/no/such/model" in capsys.readouterr().err
+
+
+def test_shutting_down_ends_open_streams_with_an_error(lm):
+    small = Server(lm, port=0).start()
+    try:
+        body = json.dumps({"prompt": PROMPTS[1], "max_tokens": 230, "temperature": 0, "stream": True}).encode()
+        with socket.create_connection(("127.0.0.1", small.port), timeout=30) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            received = b""
+            while received.count(b"data: ") < 2:
+                received += s.recv(4096)
+            small.stop()
+            while b"[DONE]" not in received:
+                more = s.recv(4096)
+                assert more, "the stream ended without [DONE]"
+                received += more
+        assert b'"the server is shutting down"' in received
+    finally:
+        small.stop()

@@ -13,7 +13,7 @@ Generation to the scheduler, whose thread delivers the text back through loop.ca
 goes away, streaming or not, has its generation cancelled: the scheduler gives its blocks back before its next
 step. Every error is the API's error object: 400 for a bad request or one that can never fit, 401 without the
 API key, 404 for another model or path, 413 for a body over MAX_BODY, 429 with Retry-After when the queue is
-full, 500 if the step running the generation failed.
+full, 500 if the step running the generation failed, 503 if the server shuts down before it is done.
 """
 
 from __future__ import annotations
@@ -104,6 +104,12 @@ def make_app(lm, scheduler, api_key: str | None = None):
             return StreamingResponse(events(parsed, id, generation, queue), media_type="text/event-stream")
         return await whole(request, parsed, id, generation, queue)
 
+    def ended(finish: str) -> ApiError:
+        """The error of a generation that did not finish: its step failed, or the server is shutting down."""
+        if finish == "error":
+            return ApiError(f"the generation failed: {scheduler.error}", status=500, type="server_error")
+        return ApiError("the server is shutting down", status=503, type="server_error")
+
     async def whole(request, parsed, id, generation, queue):
         async def collect():
             pieces = []
@@ -125,8 +131,8 @@ def make_app(lm, scheduler, api_key: str | None = None):
             return error(ApiError("the client disconnected", status=499))
         watch.cancel()
         text, finish = result.result()
-        if finish == "error":
-            return error(ApiError(f"the generation failed: {scheduler.error}", status=500, type="server_error"))
+        if finish in ("error", "cancelled"):
+            return error(ended(finish))
         return JSONResponse(completion(parsed, id, text, finish, len(generation.ids), len(generation.tokens)))
 
     async def events(parsed, id, generation, queue):
@@ -142,9 +148,8 @@ def make_app(lm, scheduler, api_key: str | None = None):
                     yield sse(chunk(parsed, id, piece, None))
                 if finish:
                     break
-            if finish == "error":
-                yield sse(ApiError(f"the generation failed: {scheduler.error}", status=500,
-                                   type="server_error").body())
+            if finish in ("error", "cancelled"):
+                yield sse(ended(finish).body())
             else:
                 yield sse(chunk(parsed, id, None, finish))
                 if parsed.include_usage:
