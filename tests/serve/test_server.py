@@ -157,7 +157,7 @@ def wait_for(condition, timeout=30):
 
 def test_a_full_queue_gets_429_with_retry_after(lm):
     with Server(lm, port=0, max_batch=1, max_queue=1) as small:
-        long = {"prompt": PROMPTS[2], "max_tokens": 100, "temperature": 0}
+        long = {"prompt": PROMPTS[2], "max_tokens": 180, "temperature": 0}
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             running = pool.submit(request, small, "/v1/completions", long)
             wait_for(lambda: small.scheduler.running)
