@@ -7,6 +7,7 @@ with --host 0.0.0.0 anyone who can reach the machine can use it, so give --api-k
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 from kuiper.app.cli.common import CliError
@@ -54,6 +55,8 @@ def cmd_serve(args) -> None:
     from kuiper.llm.paged import BLOCK_SIZE
     from kuiper.runtime.memory import format_bytes
 
+    if args.host not in ("127.0.0.1", "localhost", "::1") and args.api_key is None:
+        warnings.warn(f"--host {args.host} without --api-key: anyone who can reach this machine can use the model")
     model = Path(args.model) if args.model else default_model()
     lm = load(model, backend=args.backend, device=args.device, context=args.context,
               cache_tokens=args.max_tokens_in_flight)
