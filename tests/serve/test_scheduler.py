@@ -55,10 +55,11 @@ def test_batched_generations_are_each_what_it_gives_alone(lm):
     alone = [lm.generate(lm.tokenizer.encode(p), max_new_tokens=n) for p, n in requests]
     seeded = dict(temperature=0.9, top_p=0.9, seed=7)
     sampled_alone = lm.generate(lm.tokenizer.encode(PROMPTS[2]), max_new_tokens=30, **seeded)
-    scheduler = Scheduler(lm, max_batch=8, step_tokens=32)  # fewer than the requests; prompts in chunks of 32
+    scheduler = Scheduler(lm, max_batch=8, step_tokens=12)  # fewer than the requests; prompts in chunks of a few
     try:
         generations = [Generation(lm.tokenizer.encode(p), n) for p, n in requests]
         sampled = Generation(lm.tokenizer.encode(PROMPTS[2]), 30, SamplingOptions(0.9, 0, 0.9), seed=7)
+        assert max(len(g.ids) for g in generations) > 12  # a step holds 12 tokens: that prompt goes in chunks
         collectors = run_all(scheduler, generations + [sampled])
         assert scheduler.steps < sum(n for _, n in requests)  # batched: far fewer steps than tokens
     finally:
