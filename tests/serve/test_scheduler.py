@@ -143,3 +143,18 @@ def test_requests_that_can_never_fit_are_refused(lm):
         scheduler.close()
     with pytest.raises(InputError, match="max_batch=0"):
         Scheduler(lm, max_batch=0)
+
+
+def test_many_generations_leave_nothing_behind(lm):
+    """Sixty short generations of every prompt length: afterwards no block is held but generate()'s own, and the
+    graph keeps no more plans than its bound, however many packed lengths it met."""
+    scheduler = Scheduler(lm, max_batch=6)
+    try:
+        generations = [Generation(list(range(1, 2 + i % 40)), 1 + i % 7) for i in range(60)]
+        run_all(scheduler, generations)
+    finally:
+        scheduler.close()
+    assert all(g.finish_reason in ("length", "stop") for g in generations)
+    assert lm.blocks.held == len(lm.sequence.table)
+    assert len(lm.graph.plans) <= lm.graph.max_plans
+    assert scheduler.running == [] and not scheduler.waiting and scheduler.promised == 0
