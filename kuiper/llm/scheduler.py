@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import deque
 
 import numpy as np
@@ -62,9 +61,8 @@ class Generation:
         self.next = None            # the token the next decode step feeds
         self.finish_reason = None
         self.cancelled = False
+        self.text = None            # its TextStream, from the first token sampled
         self.held = ""              # text held back: it might begin a stop string
-        self.submitted = time.perf_counter()
-        self.first_token_at = None
 
     @property
     def promised(self) -> int:
@@ -220,8 +218,7 @@ class Scheduler:
 
     def _sample(self, generation: Generation, logits: np.ndarray) -> None:
         token = next_token(logits, generation.options, generation.rng)
-        if generation.first_token_at is None:
-            generation.first_token_at = time.perf_counter()
+        if generation.text is None:
             generation.text = TextStream(self.lm.tokenizer, generation.ids)
         if token in self.lm.eos_token_ids:
             self._leave(generation, "stop")
@@ -236,10 +233,9 @@ class Scheduler:
 
     def _leave(self, generation: Generation, reason: str, flush: bool = True) -> None:
         """The generation ends: the rest of its text out, its blocks back, out of the batch."""
-        if flush and reason != "cancelled" and generation.first_token_at is not None:
+        if flush and reason != "cancelled" and generation.text is not None:
             if generation.text_out(generation.text.finish(), final=True):
                 reason = "stop"
-        generation.sequence.release()
         with self.wake:
             self.promised -= generation.promised
             self.running.remove(generation)
@@ -247,6 +243,7 @@ class Scheduler:
 
     @staticmethod
     def _finish(generation: Generation, reason: str) -> None:
+        """Its blocks back (if it held any), and the finish reason to its client."""
         if generation.sequence is not None:
             generation.sequence.release()
         generation.finish_reason = reason
