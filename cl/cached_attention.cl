@@ -1,10 +1,16 @@
-// Causal grouped-query attention over a KV cache on the device (kuiper/opencl/cached_attention.py).
+// Causal grouped-query attention over a paged KV cache on the device (kuiper/opencl/cached_attention.py).
 //
-//   cache_k, cache_v (B, KV, M, D)     M = max_positions, written at positions start .. start + S - 1
-//   q, out           (B, H, S, D)      query head h reads K/V head h / (H / KV); token s sees 0 .. start + s
+//   cache_k, cache_v (KV, P, D)        a pool of P slots, blocks of BLOCK consecutive slots (kuiper/layers/pages.py)
+//   q, out           (B, H, S, D)      query head h reads K/V head h / (H / KV)
+//   index            int32             the forward's page layout, at these offsets:
+//     slots    [B x S]  the slot each token's key and value go to
+//     ends     [B x S]  the positions a token sees, 0 .. end - 1 (its own position + 1)
+//     table_at [B x S]  where the block table of the token's sequence starts in `tables`
+//     tables            the block tables, one after the other: position p of a sequence is at slot
+//                       table[p / BLOCK] * BLOCK + p % BLOCK
 //
-// cache_write puts the step's keys and values in place; cached_attention then gives each query row (b, h, s)
-// to a work-group, which walks its keys in chunks with a running softmax (the "online softmax" of
+// cache_write puts the step's keys and values in their slots; cached_attention then gives each query row
+// (b, h, s) to a work-group, which walks its keys in chunks with a running softmax (the "online softmax" of
 // FlashAttention): the scores of a chunk, their maximum and sum, and the weighted values added to an
 // accumulator rescaled by exp(old maximum - new maximum). Nothing of size S x keys is ever stored: the work
 // space is a chunk of weights in local memory, whatever the context. On CPUs cached_attention_rows does the
@@ -15,18 +21,20 @@
 #include "group_reduce.h"
 #include "activations.h"  // exp_fit
 
-// k, v (B, KV, S, D) -> the cache at positions start ..: for each K/V head the S x D elements are contiguous
-// on both sides. Dimension 0 walks them, dimension 1 the (b, kv) heads.
+// k, v (B, KV, S, D) -> each token's slot of the pool. Dimension 0 walks a head's S x D elements, dimension 1
+// the (b, kv) heads.
 __kernel void cache_write(__global store_t* restrict cache_k, __global store_t* restrict cache_v,
                           __global const store_t* restrict k, __global const store_t* restrict v,
-                          const int count, const int max_positions, const int dim, const int start) {
+                          __global const int* restrict slots, const int tokens, const int kv_heads, const int dim,
+                          const int pool) {
     const int i = get_global_id(0);
-    if (i >= count) {  // count = S x D
+    if (i >= tokens * dim) {
         return;
     }
-    const long head = get_global_id(1);
-    const long from = head * count + i;
-    const long to = (head * max_positions + start) * dim + i;
+    const int head = get_global_id(1);
+    const int b = head / kv_heads;
+    const long from = (long)head * tokens * dim + i;
+    const long to = ((long)(head % kv_heads) * pool + slots[b * tokens + i / dim]) * dim + i % dim;
     STORE(cache_k, to, LOAD(k, from));
     STORE(cache_v, to, LOAD(v, from));
 }
@@ -49,6 +57,11 @@ inline float dot_row(__local const float* query, __global const store_t* key, co
     return s;
 }
 
+// where key j of a sequence starts in its K/V head's part of the pool (head_at), through its block table
+inline long key_at(__global const int* table, const int block, const long head_at, const int j, const int dim) {
+    return head_at + ((long)table[j / block] * block + j % block) * dim;
+}
+
 // One work-group per query row, rows ordered (b, h, s). `space` holds, one after the other: the group's
 // reduction space (size), a chunk's weights (chunk), the scaled query (dim) and the accumulator (dim).
 // A GPU's group takes a chunk of `size` keys at a time, a key per work-item for the scores and a coordinate per
@@ -56,9 +69,11 @@ inline float dot_row(__local const float* query, __global const store_t* key, co
 // head_dim is not a multiple of 8) walks `chunk` keys, and the values row by row.
 __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __global const store_t* restrict q,
                                          __global const store_t* restrict cache_k,
-                                         __global const store_t* restrict cache_v, const int heads,
-                                         const int kv_heads, const int tokens, const int dim, const int max_positions,
-                                         const int start, const float scale, const int chunk, __local float* space) {
+                                         __global const store_t* restrict cache_v,
+                                         __global const int* restrict index, const int heads, const int kv_heads,
+                                         const int tokens, const int dim, const int pool, const int block,
+                                         const int ends, const int table_at, const int tables, const float scale,
+                                         const int chunk, __local float* space) {
     const int lid = get_local_id(0);
     const int size = get_local_size(0);
     const int row = get_group_id(0);
@@ -67,12 +82,13 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
     __local float* query = weights + chunk;
     __local float* acc = query + dim;
 
-    const int s = row % tokens;
-    const int bh = row / tokens;  // b * heads + h
-    const int kv = (bh / heads) * kv_heads + (bh % heads) / (heads / kv_heads);
-    const long keys_at = (long)kv * max_positions * dim;  // this K/V head's cache
+    const int bh = row / tokens;                           // b * heads + h
+    const int token = (bh / heads) * tokens + row % tokens;  // (b, s)
+    const int kv = (bh % heads) / (heads / kv_heads);
+    const long head_at = (long)kv * pool * dim;            // this K/V head's part of the pool
+    __global const int* table = index + tables + index[table_at + token];
     const long at = (long)row * dim;                       // this row of q and out
-    const int keys = start + s + 1;                        // causal: positions 0 .. start + s
+    const int keys = index[ends + token];                  // causal: positions 0 .. its own
     for (int d = lid; d < dim; d += size) {
         query[d] = LOAD(q, at + d) * scale;
         acc[d] = 0.0f;
@@ -85,7 +101,7 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
         const int n = min(chunk, keys - first);
         float top = -INFINITY;
         for (int j = lid; j < n; j += size) {
-            const float score = dot_row(query, cache_k, keys_at + (long)(first + j) * dim, dim);
+            const float score = dot_row(query, cache_k, key_at(table, block, head_at, first + j, dim), dim);
             weights[j] = score;
             top = score > top ? score : top;
         }
@@ -101,14 +117,13 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
         }
         sum = sum * rescale + group_reduce(part, reduce, false);  // its barriers publish the weights to the group
         m = next;
-        const long values_at = keys_at + (long)first * dim;
         if (size == 1) {  // the values row by row, unit-stride
             for (int d = 0; d < dim; ++d) {
                 acc[d] *= rescale;
             }
             for (int j = 0; j < n; ++j) {
                 const float w = weights[j];
-                const long v_at = values_at + (long)j * dim;
+                const long v_at = key_at(table, block, head_at, first + j, dim);
                 for (int d = 0; d < dim; ++d) {
                     acc[d] += w * LOAD(cache_v, v_at + d);
                 }
@@ -117,7 +132,7 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
             for (int d = lid; d < dim; d += size) {  // a coordinate per work-item: the same one at every chunk
                 float a = acc[d] * rescale;
                 for (int j = 0; j < n; ++j) {
-                    a += weights[j] * LOAD(cache_v, values_at + (long)j * dim + d);
+                    a += weights[j] * LOAD(cache_v, key_at(table, block, head_at, first + j, dim) + d);
                 }
                 acc[d] = a;
             }
@@ -137,19 +152,22 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
 #define CHUNK 128
 __kernel OWN_LANES void cached_attention_rows(__global store_t* restrict out, __global const store_t* restrict q,
                                               __global const store_t* restrict cache_k,
-                                              __global const store_t* restrict cache_v, const int rows,
-                                              const int heads, const int kv_heads, const int tokens,
-                                              const int max_positions, const int start, const float scale) {
+                                              __global const store_t* restrict cache_v,
+                                              __global const int* restrict index, const int rows, const int heads,
+                                              const int kv_heads, const int tokens, const int pool, const int block,
+                                              const int ends, const int table_at, const int tables,
+                                              const float scale) {
     const int row = get_global_id(0);
     if (row >= rows) {
         return;
     }
-    const int s = row % tokens;
     const int bh = row / tokens;
-    const int kv = (bh / heads) * kv_heads + (bh % heads) / (heads / kv_heads);
-    const long keys_at = (long)kv * max_positions * HEAD_DIM;
+    const int token = (bh / heads) * tokens + row % tokens;
+    const int kv = (bh % heads) / (heads / kv_heads);
+    const long head_at = (long)kv * pool * HEAD_DIM;
+    __global const int* table = index + tables + index[table_at + token];
     const long at = (long)row * HEAD_DIM;
-    const int keys = start + s + 1;
+    const int keys = index[ends + token];
     float8 query[VECS], acc[VECS];
     for (int c = 0; c < VECS; ++c) {
         query[c] = LOAD8(q, at + 8 * c) * scale;
@@ -161,7 +179,7 @@ __kernel OWN_LANES void cached_attention_rows(__global store_t* restrict out, __
         const int n = min(CHUNK, keys - first);
         float top = -INFINITY;
         for (int j = 0; j < n; ++j) {
-            const long k_at = keys_at + (long)(first + j) * HEAD_DIM;
+            const long k_at = key_at(table, block, head_at, first + j, HEAD_DIM);
             float8 s8 = 0.0f;
             for (int c = 0; c < VECS; ++c) {
                 s8 += query[c] * LOAD8(cache_k, k_at + 8 * c);
@@ -180,7 +198,7 @@ __kernel OWN_LANES void cached_attention_rows(__global store_t* restrict out, __
         for (int j = 0; j < n; ++j) {
             const float e = exp_fit(scores[j] - next);
             part += e;
-            const long v_at = keys_at + (long)(first + j) * HEAD_DIM;
+            const long v_at = key_at(table, block, head_at, first + j, HEAD_DIM);
             for (int c = 0; c < VECS; ++c) {
                 acc[c] += e * LOAD8(cache_v, v_at + 8 * c);
             }

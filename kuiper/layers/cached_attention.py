@@ -1,13 +1,13 @@
-"""Causal grouped-query attention over a KV cache: how a decoder attends while it generates.
+"""Causal grouped-query attention over a paged KV cache: how a decoder attends while it generates.
 
 A decoder produces text one token at a time, and token p may look at tokens 0..p only (causal). Recomputing
 every earlier token's key and value at each step would make generating n tokens cost n^2 projections; instead
 each step's keys and values are written into a cache, and a new token's query reads them all from there. The
 first step (prefill) runs the whole prompt at once, positions 0..n-1; then each step runs one token:
 
-    cache_k[:, :, positions] = k;  cache_v[:, :, positions] = v
-    out[b, h, s] = softmax(q[b, h, s] . cache_k[b, g, 0..p] / sqrt(head_dim)) @ cache_v[b, g, 0..p]
-                   p = positions[s],   g = h // (num_heads / num_kv_heads)
+    cache_k[positions] = k;  cache_v[positions] = v
+    out[h, s] = softmax(q[h, s] . cache_k[g, 0..p] / sqrt(head_dim)) @ cache_v[g, 0..p]
+                p = positions[s],   g = h // (num_heads / num_kv_heads)
 
 Grouped-query attention (GQA): fewer key/value heads than query heads, each K/V head serving
 num_heads / num_kv_heads consecutive query heads. The cache, which grows with the context, shrinks by the same
@@ -17,12 +17,18 @@ multi-head attention, num_kv_heads = 1 multi-query attention.
 Inputs: q (B, num_heads, S, head_dim), k and v (B, num_kv_heads, S, head_dim), already rotated (rotary.py), and
 positions (S,) int64. Output: (B, num_heads, S, head_dim), as F.scaled_dot_product_attention gives.
 
-The cache is state the layer keeps between forwards, preallocated to `max_positions` (2 x B x num_kv_heads x
-max_positions x head_dim floats) when it first meets a batch size, and counted as the layer's workspace, which
-it keeps, so that the graph's memory limit covers it before anything is allocated. `filled` is how many
-positions it holds: a forward may start at any position up to `filled` (0 starts a new sequence, `filled`
-continues it, anything between rewinds) and must run consecutive positions; `reset()` empties it. Keys and
-values past the positions a query may see are never read, so nothing needs clearing between sequences.
+The cache is a pool of blocks (pages.py), state the layer keeps between forwards, allocated at the first forward
+and counted as the layer's workspace, which it keeps, so that the graph's memory limit covers it before anything
+is allocated. Which blocks a token's keys go to and read from is a PageLayout:
+
+* given by a language model with `use(layout)` before a forward: its tokens packed into one row (B = 1), a span
+  of consecutive positions per sequence, each sequence's blocks from the pool of `use_pool(blocks)` blocks;
+* else made by the layer: each batch row one sequence, owning max_positions positions of blocks in order, so
+  that its cache is the contiguous `cache_k[b]`. `filled` is how many positions they hold: a forward may start
+  at any position up to `filled` (0 starts a new sequence, `filled` continues it, anything between rewinds)
+  and must run consecutive positions; `reset()` empties it.
+
+Keys and values past the positions a query may see are never read, so nothing needs clearing between sequences.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import numpy as np
 
 from kuiper.core.errors import InputError
 from kuiper.layers.base import Layer
+from kuiper.layers.pages import BLOCK_SIZE, PageLayout, Span, blocks_for
 from kuiper.layers.registry import register
 
 
@@ -53,16 +60,31 @@ class CachedAttention(Layer):
         if self.num_heads % self.num_kv_heads:
             raise self.error(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
         self.group = self.num_heads // self.num_kv_heads  # query heads per K/V head
-        self.cache_k = self.cache_v = None  # (B, num_kv_heads, max_positions, head_dim) each, made at first use
+        self.pool = None         # (keys, values), each (num_kv_heads, blocks x BLOCK_SIZE, head_dim), at first use
+        self.pool_rows = 0       # the batch rows the layer's own pool was made for (0: a model's pool)
+        self.pool_blocks = None  # a model's pool size (use_pool)
+        self.layout = None       # a model's PageLayout for the next forwards (use)
         self.filled = 0
 
     def reset(self) -> None:
         """Start a new sequence: the cache holds no position (its memory stays allocated)."""
         self.filled = 0
 
-    def cache_bytes(self, batch: int) -> int:
-        """Bytes of the keys and values cached for `batch` sequences of max_positions tokens."""
-        return 2 * batch * self.num_kv_heads * self.max_positions * self.head_dim * 4
+    def use_pool(self, blocks: int) -> None:
+        """Hold a pool of `blocks` blocks, which a model's layouts share out among its sequences (allocated at the
+        next forward)."""
+        self.pool_blocks, self.pool, self.pool_rows = blocks, None, 0
+
+    def use(self, layout: PageLayout | None) -> None:
+        """The page layout of the next forwards (None: one sequence per batch row, the layer's own)."""
+        self.layout = layout
+
+    def blocks(self, batch: int) -> int:
+        return self.pool_blocks if self.pool_blocks is not None else batch * blocks_for(self.max_positions)
+
+    def cache_bytes(self, batch: int = 1) -> int:
+        """Bytes of the keys and values in the pool: a model's, else `batch` sequences of max_positions tokens."""
+        return 2 * self.num_kv_heads * self.blocks(batch) * BLOCK_SIZE * self.head_dim * 4
 
     def output_shapes(self, input_shapes):
         q, k, v, positions = (tuple(s) for s in input_shapes)
@@ -73,8 +95,6 @@ class CachedAttention(Layer):
             raise self.shape_error(f"expects k and v {kv} for q {q}, got {k} and {v}")
         if positions != (q[2],):
             raise self.shape_error(f"expects positions ({q[2]},), one per token of q {q}, got {positions}")
-        if q[2] > self.max_positions:
-            raise self.shape_error(f"{q[2]} tokens do not fit the cache of max_positions={self.max_positions}")
         return [q]
 
     def output_dtypes(self, input_dtypes):
@@ -83,8 +103,7 @@ class CachedAttention(Layer):
         return [np.dtype(np.float32)]
 
     def workspace_bytes(self, input_shapes):
-        # the cache alone: the scores, (B, num_heads, S, positions so far), are a temporary of forward, as other
-        # layers' are
+        # the cache alone: the scores, (heads, S, positions so far), are a temporary of forward, as other layers' are
         return self.cache_bytes(input_shapes[0][0])
 
     def macs(self, input_shapes, output_shapes):
@@ -93,6 +112,7 @@ class CachedAttention(Layer):
         batch, _, tokens, _ = input_shapes[0]
         return 2 * batch * self.num_heads * tokens * tokens * self.head_dim
 
+    # ---- which slots each token writes and reads -------------------------------------------------------
     def check_positions(self, positions: np.ndarray) -> int:
         """The first position, after checking that the positions continue (or restart) what the cache holds."""
         start = int(positions[0])
@@ -105,31 +125,69 @@ class CachedAttention(Layer):
                              f"past the cache's max_positions={self.max_positions}")
         return start
 
+    def step(self, batch: int, tokens: int, positions: np.ndarray) -> tuple:
+        """(the forward's PageLayout, whether the pool must be made now): a model's layout, checked against the
+        positions, or one sequence per batch row continuing `filled`."""
+        if self.layout is not None:
+            self.layout.check(self.op, batch, tokens, positions)
+            if int(positions.max()) >= self.max_positions:
+                raise InputError(f"{self.op.type} operator '{self.op.name}': position {int(positions.max())} is past "
+                                 f"the cache's max_positions={self.max_positions}")
+            return self.layout, self.pool is None
+        start = self.check_positions(positions)
+        fresh = self.pool is None or self.pool_rows != batch
+        if fresh and start:
+            raise InputError(f"{self.op.type} operator '{self.op.name}': a new batch size ({batch}) starts a new "
+                             f"cache, at position 0, not {start}")
+        own = blocks_for(self.max_positions)
+        self.filled = start + tokens
+        return PageLayout([Span(row, 0, tokens, start, tuple(range(row * own, (row + 1) * own)))
+                           for row in range(batch)], batch, tokens), fresh
+
+    def as_rows(self, pool_array: np.ndarray) -> np.ndarray:
+        """A pool array (num_kv_heads, slots, head_dim) seen as the caches of its batch rows, (rows, num_kv_heads,
+        slots per row, head_dim): a view; one row for a model's pool."""
+        rows = max(self.pool_rows, 1)
+        return pool_array.reshape(self.num_kv_heads, rows, -1, self.head_dim).transpose(1, 0, 2, 3)
+
+    @property
+    def cache_k(self):
+        return None if self.pool is None else self.as_rows(self.pool[0])
+
+    @property
+    def cache_v(self):
+        return None if self.pool is None else self.as_rows(self.pool[1])
+
+    # ---- forward ---------------------------------------------------------------------------------------
     def forward_numpy(self, inputs, outputs):
         q, k, v, positions = inputs
         batch, _, tokens, dim = q.shape
-        start = self.check_positions(positions)
-        if self.cache_k is None or self.cache_k.shape[0] != batch:
-            shape = (batch, self.num_kv_heads, self.max_positions, dim)
-            self.cache_k, self.cache_v = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
-            if start:
-                raise InputError(f"{self.op.type} operator '{self.op.name}': a new batch size ({batch}) starts a "
-                                 f"new cache, at position 0, not {start}")
-        end = start + tokens
-        self.cache_k[:, :, start:end] = k
-        self.cache_v[:, :, start:end] = v
-        self.filled = end
+        layout, fresh = self.step(batch, tokens, positions)
+        if fresh:
+            shape = (self.num_kv_heads, self.blocks(batch) * BLOCK_SIZE, dim)
+            self.pool, self.pool_rows = (np.zeros(shape, np.float32), np.zeros(shape, np.float32)), \
+                (0 if self.layout is not None else batch)
+        cache_k, cache_v = self.pool
+        # (B, kv_heads, S, D) -> (kv_heads, B x S, D), the tokens in the layout's order
+        cache_k[:, layout.slots] = k.transpose(1, 0, 2, 3).reshape(self.num_kv_heads, batch * tokens, dim)
+        cache_v[:, layout.slots] = v.transpose(1, 0, 2, 3).reshape(self.num_kv_heads, batch * tokens, dim)
+        for span, read in zip(layout.spans, layout.reads):
+            at = slice(span.first, span.first + span.count)
+            self.attend(q[span.row, :, at], cache_k[:, read], cache_v[:, read], span.start, outputs[0][span.row, :, at])
 
-        # each K/V head serves `group` query heads: view q as (B, kv_heads, group, S, D)
-        grouped_q = q.reshape(batch, self.num_kv_heads, self.group, tokens, dim)
-        keys = self.cache_k[:, :, None, :end]      # (B, kv_heads, 1, end, D): one head for the whole group
-        values = self.cache_v[:, :, None, :end]
-        scores = grouped_q @ keys.swapaxes(-1, -2)  # (B, kv_heads, group, S, end)
+    def attend(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, out: np.ndarray) -> None:
+        """One span: q (num_heads, n, D) at positions start .. start + n - 1 over its sequence's keys and values
+        (num_kv_heads, start + n, D), into out (num_heads, n, D)."""
+        tokens, dim = q.shape[1:]
+        end = start + tokens
+        # each K/V head serves `group` query heads: view q as (kv_heads, group, n, D)
+        grouped_q = q.reshape(self.num_kv_heads, self.group, tokens, dim)
+        scores = grouped_q @ keys[:, None].swapaxes(-1, -2)  # (kv_heads, group, n, end): one head for the group
         scores *= np.float32(1 / math.sqrt(dim))
-        # causal: the token at position start + s sees cache positions 0 .. start + s
-        seen = np.arange(end)[None, :] <= np.arange(start, end)[:, None]  # (S, end)
-        scores[..., ~seen] = -np.inf
+        if tokens > 1:  # causal: the token at position start + s sees positions 0 .. start + s (one token: all)
+            seen = np.arange(end)[None, :] <= np.arange(start, end)[:, None]  # (n, end)
+            scores[..., ~seen] = -np.inf
         scores -= scores.max(axis=-1, keepdims=True)  # the largest of a row is its own position's, always finite
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)
-        outputs[0][...] = (scores @ values).reshape(q.shape)
+        out[...] = (scores @ values[:, None]).reshape(q.shape)

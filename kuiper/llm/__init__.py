@@ -12,11 +12,13 @@ The modules, in the order a checkpoint goes through them:
     weights.py    the safetensors files (or shards), memory-mapped, every tensor checked
     tokenizer.py  tokenizer.json through the `tokenizers` package; the chat template through jinja2
     decoder.py    the decoder's .pnnx.param text, written from the config
-    model.py      load(), LanguageModel: prefill, decode, generate, stream
+    model.py      load(), LanguageModel: prefill, decode, generate, stream, forward_packed
+    paged.py      the paged KV cache's block allocator, and packing several sequences into one forward
+    scheduler.py  continuous batching: many generations stepped together (kuiper serve)
     sampling.py   greedy, temperature, top-k, top-p
     streaming.py  text piece by piece, never half a UTF-8 character
 The layers it needs are ordinary kuiper layers (kuiper/layers/embedding.py, rms_norm.py, rotary.py,
-cached_attention.py); safetensors, tokenizers and jinja2 are imported only when a model is loaded.
+cached_attention.py, pages.py); safetensors, tokenizers and jinja2 are imported only when a model is loaded.
 """
 
 from kuiper.llm.model import DEFAULT_CONTEXT, LanguageModel, Timings, load

@@ -8,13 +8,17 @@
 
 Loading checks before it allocates: config.json (config.py), every tensor's presence, shape and dtype in the
 safetensors files (weights.py), the tokenizer (tokenizer.py), then the memory the weights (held in float32 by
-the layers) and the KV cache of `context` positions need, against the graph's memory limit. Then kuiper writes
-the decoder's graph (decoder.py), and RuntimeGraph reads and builds it like any .pnnx.param.
+the layers) and the KV cache need, against the graph's memory limit. Then kuiper writes the decoder's graph
+(decoder.py), and RuntimeGraph reads and builds it like any .pnnx.param.
 
 Generation is two kinds of forward through that one graph. Prefill runs the n prompt tokens at positions
 0..n-1 as one batch, filling every layer's KV cache; each decode step runs one token at the next position,
-attending to the cache. The graph keeps a plan per input shape, so decode steps reuse one plan. A model holds
-one cache: one sequence at a time.
+attending to the cache. The graph keeps a plan per input shape, so decode steps reuse one plan.
+
+The KV cache is paged (paged.py): a pool of blocks in every attention layer, of `context` positions unless
+cache_tokens= asks for more, shared out by one allocator. generate(), logits() and stream() run one sequence,
+`sequence`; forward_packed() runs the new tokens of many sequences in one forward, as a server does
+(scheduler.py), each in the blocks of its own table.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from kuiper.core.errors import CheckpointError, ConfigError, InputError, MemoryL
 from kuiper.layers.cached_attention import CachedAttention
 from kuiper.llm.config import generation_eos, read_config
 from kuiper.llm.decoder import decoder_param
+from kuiper.llm.paged import BLOCK_SIZE, BlockPool, Sequence, blocks_for, pack
 from kuiper.llm.sampling import SamplingOptions, next_token
 from kuiper.llm.streaming import TextStream
 from kuiper.llm.tokenizer import Tokenizer
@@ -64,15 +69,17 @@ class Timings:
 
 
 def load(path, backend: str = "numpy", device: str | None = None, precision: str = "fp32", context: int | None = None,
-         memory_limit=None) -> "LanguageModel":
+         memory_limit=None, cache_tokens: int | None = None) -> "LanguageModel":
     """Load a Hugging Face checkpoint directory (config.json, model.safetensors or shards, tokenizer.json).
-    context: the positions the KV cache holds (default: the model's max_position_embeddings, at most
-    DEFAULT_CONTEXT); memory_limit: as RuntimeGraph's."""
-    return LanguageModel(path, backend, device, precision, context, memory_limit)
+    context: the positions a sequence may reach (default: the model's max_position_embeddings, at most
+    DEFAULT_CONTEXT); cache_tokens: the positions the KV cache's pool holds for all sequences together (default
+    and at least: context), in whole blocks; memory_limit: as RuntimeGraph's."""
+    return LanguageModel(path, backend, device, precision, context, memory_limit, cache_tokens)
 
 
 class LanguageModel:
-    def __init__(self, path, backend="numpy", device=None, precision="fp32", context=None, memory_limit=None):
+    def __init__(self, path, backend="numpy", device=None, precision="fp32", context=None, memory_limit=None,
+                 cache_tokens=None):
         self.directory = Path(path)
         if not self.directory.is_dir():
             raise CheckpointError(f"{self.directory}: not a directory (a Hugging Face model directory holds "
@@ -87,6 +94,11 @@ class LanguageModel:
         self.eos_token_ids = frozenset(eos if eos is not None else config.eos_token_ids or
                                        self.tokenizer.eos_token_ids)
         self.context = self._context(context)
+        if cache_tokens is not None and (isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int)
+                                         or cache_tokens < 1):
+            raise ConfigError(f"cache_tokens={cache_tokens!r}: give a whole number >= 1")
+        #: the pool's blocks: room for one sequence of the whole context at least
+        self.cache_blocks = blocks_for(max(cache_tokens or 0, self.context))
         self.param_text = decoder_param(config, self.context, lambda name: self.weights.entry(name).dtype)
         self.graph = RuntimeGraph(self.directory / "decoder.pnnx.param", backend=backend, device=device,
                                   precision=precision, memory_limit=memory_limit, text=self.param_text,
@@ -94,6 +106,10 @@ class LanguageModel:
         self._check_memory()
         self.graph.build()
         self.attention = [op.layer for op in self.graph.order if isinstance(op.layer, CachedAttention)]
+        for layer in self.attention:
+            layer.use_pool(self.cache_blocks)
+        self.blocks = BlockPool(self.cache_blocks)
+        self.sequence = Sequence(self.blocks)  # the one generate(), logits() and stream() run
         self.last_timings = Timings()
 
     def _context(self, context) -> int:
@@ -116,28 +132,46 @@ class LanguageModel:
         """The weights as the layers hold them (float32) and the KV cache, against the memory limit, before
         building the graph allocates either."""
         weights = sum(int(np.prod(a.shape)) * 4 for op in self.graph.operators for a in op.attrs.values())
-        cache = self.config.kv_cache_bytes_per_token() * self.context
+        positions = self.cache_blocks * BLOCK_SIZE
+        cache = self.config.kv_cache_bytes_per_token() * positions
         needed, limit = weights + cache, self.graph.memory_limit
         if needed > limit:
             raise MemoryLimitError(
                 f"{self.config.path}: the weights in float32 ({memory.format_bytes(weights)}) and a KV cache of "
-                f"{self.context} positions ({memory.format_bytes(cache)}) need {memory.format_bytes(needed)}, over "
-                f"the memory limit of {memory.format_bytes(limit)} (memory_limit=, {memory.ENV}; context= shrinks "
-                f"the cache)")
+                f"{positions} positions ({memory.format_bytes(cache)}) need {memory.format_bytes(needed)}, over "
+                f"the memory limit of {memory.format_bytes(limit)} (memory_limit=, {memory.ENV}; cache_tokens= or "
+                f"context= shrinks the cache)")
 
     # ---- forward: prefill and decode ----------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget the sequence the KV caches hold."""
-        for layer in self.attention:
-            layer.reset()
+        """Forget the sequence the KV caches hold for generate(): its blocks go back to the pool."""
+        self.sequence.release()
 
     def forward(self, ids, start: int) -> np.ndarray:
         """One graph forward: the logits (len(ids), vocab) for these tokens at positions start, start + 1, ...,
-        continuing the sequence the KV caches hold (start = 0 begins a new one; see CachedAttention)."""
-        tokens = np.asarray(ids, dtype=np.int64).reshape(1, -1)
-        positions = np.arange(start, start + tokens.shape[1], dtype=np.int64)
+        continuing `sequence` (start = 0 begins a new one, a start before its length rewinds to there)."""
+        ids = [int(i) for i in ids]
+        if not 0 <= start <= self.sequence.length or start + len(ids) > self.context:
+            raise InputError(f"positions {start}..{start + len(ids) - 1}: a forward starts at most at "
+                             f"{self.sequence.length} (the positions the cache holds) and ends within the "
+                             f"{self.context} positions of the context")
+        self.sequence.length = start
+        return self.forward_packed([(self.sequence, ids)])[0]
+
+    def forward_packed(self, entries) -> list:
+        """One graph forward for the new tokens of several sequences, [(Sequence, ids), ...], each continuing
+        its sequence (paged.py): their logits, a (len(ids), vocab) array each, the sequences advanced. Each
+        sequence attends to its own positions only, so its logits are those of a forward of it alone."""
+        tokens, positions, layout = pack(entries)
+        for layer in self.attention:
+            layer.use(layout)
         (logits,) = self.graph.forward(tokens, positions)
-        return logits[0]
+        rows, first = [], 0
+        for sequence, ids in entries:
+            sequence.length += len(ids)
+            rows.append(logits[0, first:first + len(ids)])
+            first += len(ids)
+        return rows
 
     def _prompt(self, ids) -> list:
         ids = [int(i) for i in ids]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kuiper.llm
-from kuiper.core.errors import ConfigError, MemoryLimitError
+from kuiper.core.errors import ConfigError, InputError, MemoryLimitError
 from kuiper.layers.cached_attention import CachedAttention
 from kuiper.llm import DEFAULT_CONTEXT
 from kuiper.llm.config import parse_config
@@ -56,7 +56,7 @@ def test_the_cache_changes_the_cost_not_the_tokens(model):
     assert lm.generate(prompt, max_new_tokens=16) == ids[len(prompt):]
     assert sum(len(prompt) + i for i in range(16)) == 16 * 11 + 16 * 15 // 2 == 296
     assert (lm.last_timings.prefill_tokens, lm.last_timings.decode_tokens) == (11, 15)
-    assert all(layer.filled == 11 + 15 for layer in caches(lm))        # the last token is never fed back
+    assert lm.sequence.length == 11 + 15                               # the last token is never fed back
 
 
 def test_positions_rewinds_and_resets(model):
@@ -64,18 +64,20 @@ def test_positions_rewinds_and_resets(model):
     ids = lm.tokenizer.encode("Once upon a time there was")
     lm.logits(ids)
     layers = caches(lm)
-    arrays = [id(layer.cache_k) for layer in layers]
-    assert all(layer.filled == len(ids) for layer in layers)
+    arrays = [id(layer.pool[0]) for layer in layers]
+    assert lm.sequence.length == len(ids) and lm.sequence.table == [0]  # alone: its blocks in order
     kept = layers[0].cache_k[:, :, :4].copy()
     changed = layers[0].cache_k[:, :, 4].copy()
     lm.forward([ids[-1]], 4)                                           # rewind: write position 4 again
-    assert all(layer.filled == 5 for layer in layers)
+    assert lm.sequence.length == 5
     np.testing.assert_array_equal(layers[0].cache_k[:, :, :4], kept)
     assert not np.array_equal(layers[0].cache_k[:, :, 4], changed)
+    with pytest.raises(InputError, match="starts at most at 5"):
+        lm.forward([ids[-1]], 6)
     lm.reset()
-    assert all(layer.filled == 0 for layer in layers)
+    assert lm.sequence.length == 0
     lm.logits(ids[:3])
-    assert [id(layer.cache_k) for layer in layers] == arrays            # the same arrays, still allocated
+    assert [id(layer.pool[0]) for layer in layers] == arrays            # the same arrays, still allocated
 
 
 def test_the_cache_is_allocated_whole_at_the_first_forward_and_counted_as_kept_workspace(model):
@@ -86,8 +88,9 @@ def test_the_cache_is_allocated_whole_at_the_first_forward_and_counted_as_kept_w
     shapes = [(1, 4, 1, 8), (1, 2, 1, 8), (1, 2, 1, 8), (1,)]
     assert all(layer.workspace_bytes(shapes) == layer.cache_bytes(1) for layer in layers)
     lm.logits([0, 1])
-    assert all(layer.cache_k.shape == layer.cache_v.shape == (1, 2, 40, 8) for layer in layers)
-    assert sum(layer.cache_bytes(1) for layer in layers) == lm.config.kv_cache_bytes_per_token() * 40 == 40 * 256
+    # 40 positions in whole blocks of 16: 48
+    assert all(layer.cache_k.shape == layer.cache_v.shape == (1, 2, 48, 8) for layer in layers)
+    assert sum(layer.cache_bytes(1) for layer in layers) == lm.config.kv_cache_bytes_per_token() * 48 == 48 * 256
 
 
 def test_the_sizes_the_notes_give():
@@ -123,7 +126,7 @@ def test_generation_stops_at_the_end_of_the_context(model):
     lm.eos_token_ids = frozenset()
     prompt = lm.tokenizer.encode("Once upon a time")
     assert len(lm.generate(prompt, max_new_tokens=50)) == 16 - len(prompt) + 1
-    assert all(layer.filled == 16 for layer in caches(lm))
+    assert lm.sequence.length == 16
 
 
 def test_generation_uses_two_plans(model):

@@ -286,7 +286,8 @@ def test_cached_attention_refuses_bad_positions_and_shapes():
 def test_the_cache_is_counted_as_the_layers_kept_workspace():
     layer = attention(heads=8, kv_heads=2, dim=16, max_positions=100, tokens=1)
     assert layer.keeps_workspace
-    cache = 2 * 2 * 100 * 16 * 4  # keys and values, kv heads x positions x head_dim float32
+    # keys and values, kv heads x positions x head_dim float32; the positions in whole blocks of 16: 7 x 16 = 112
+    cache = 2 * 2 * 112 * 16 * 4
     assert layer.cache_bytes(1) == cache
     assert layer.workspace_bytes([(1, 8, 1, 16)] * 3 + [(1,)]) == cache
     layer.run_numpy(data(1, 8, 1, 16), data(1, 2, 1, 16), data(1, 2, 1, 16), np.array([0]))

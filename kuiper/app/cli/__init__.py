@@ -1,4 +1,4 @@
-"""The `kuiper` command line: run, detect, inspect, export, devices, lessons, generate, chat.
+"""The `kuiper` command line: run, detect, inspect, export, devices, lessons, generate, chat, serve.
 
 Errors print one line and exit with status 1 (2 for a usage error, as argparse does); `--debug`, before or after
 the command, shows the traceback instead. Warnings print one line each.
@@ -11,13 +11,13 @@ import sys
 import warnings
 
 import kuiper
-from kuiper.app.cli import detect, devices, export, generate, inspect, lessons, run
+from kuiper.app.cli import detect, devices, export, generate, inspect, lessons, run, serve
 from kuiper.app.cli.common import CliError, default_model  # noqa: F401  (what callers of the CLI use)
 from kuiper.core.errors import KuiperError
 from kuiper.cpu.blas import restart_if_misread
 
 #: the commands, in the order `kuiper --help` lists them: each module adds its parser and its function
-COMMANDS = (run, detect, inspect, export, devices, lessons, generate)
+COMMANDS = (run, detect, inspect, export, devices, lessons, generate, serve)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,98 @@
+"""Where a forward's tokens keep their keys and values: the paged layout CachedAttention reads its cache through.
+
+A CachedAttention layer keeps its keys and values in a pool of fixed-size blocks of BLOCK_SIZE positions, two
+arrays (num_kv_heads, blocks x BLOCK_SIZE, head_dim): slot `s` of a head is position `s % BLOCK_SIZE` of block
+`s // BLOCK_SIZE`. A sequence owns some of the blocks, listed in order in its block table, so that its position
+`p` lives at slot
+
+    table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE
+
+and it holds memory for the positions it has, a block at a time, wherever the free blocks are. A sequence whose
+table is 0, 1, 2, ... is the contiguous cache of one sequence: slot = position.
+
+A forward runs spans, each a run of consecutive positions of one sequence: `count` tokens of batch row `row`
+from token `first`, at positions `start .. start + count - 1`, with the sequence's table. A language model packs
+the tokens of many sequences into one row, a span each (kuiper/llm/paged.py); a layer used alone makes one
+span per batch row itself. Each token sees the positions 0 .. its own of its own sequence, nothing else.
+
+PageLayout works out once per forward what every attention layer of the model needs: each token's slot (where
+its key and value go), and for each span the slots of positions 0 .. end - 1 (where its queries read), a slice
+when the table's blocks are consecutive, else the slots themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kuiper.core.errors import InputError
+
+#: positions per block: small enough that a sequence wastes less than a block, large enough that a block's keys
+#: are a run of memory worth reading at once
+BLOCK_SIZE = 16
+
+
+def blocks_for(positions: int) -> int:
+    """The blocks that hold `positions` positions."""
+    return -(-positions // BLOCK_SIZE)
+
+
+@dataclass(frozen=True)
+class Span:
+    """`count` tokens of batch row `row`, from token `first`, at positions start .. start + count - 1 of the
+    sequence whose block table is `table`."""
+
+    row: int
+    first: int
+    count: int
+    start: int
+    table: tuple
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+
+class PageLayout:
+    """The spans of one forward over q of shape (rows, heads, tokens, head_dim), checked to cover every token
+    once, each within its table; `device` keeps what a backend derives from it (the OpenCL layer's uploaded
+    indices), by runtime."""
+
+    def __init__(self, spans, rows: int, tokens: int):
+        self.spans, self.rows, self.tokens = tuple(spans), rows, tokens
+        self.positions = np.full((rows, tokens), -1, np.int64)
+        self.slots = np.empty(rows * tokens, np.int64)      # token (row-major) -> its slot
+        self.table_at = np.empty(rows * tokens, np.int32)   # token -> where its table starts in `tables`
+        tables, self.reads = [], []
+        for span in self.spans:
+            if not (0 <= span.row < rows and 0 <= span.first and span.count >= 1 and span.first + span.count <= tokens
+                    and span.start >= 0):
+                raise InputError(f"span {span.row, span.first, span.count} is outside the forward's {rows} x {tokens} "
+                                 f"tokens")
+            if len(span.table) * BLOCK_SIZE < span.end:
+                raise InputError(f"a block table of {len(span.table)} blocks holds {len(span.table) * BLOCK_SIZE} "
+                                 f"positions, not {span.end}")
+            taken = self.positions[span.row, span.first:span.first + span.count]
+            if np.any(taken >= 0):
+                raise InputError(f"two spans claim token {span.first} of row {span.row}")
+            taken[:] = np.arange(span.start, span.end)
+            table = np.asarray(span.table, np.int64)
+            slots = (table[:, None] * BLOCK_SIZE + np.arange(BLOCK_SIZE)).ravel()[:span.end]
+            at = span.row * tokens + span.first
+            self.slots[at:at + span.count] = slots[span.start:]
+            self.table_at[at:at + span.count] = sum(len(t) for t in tables)
+            tables.append(table)
+            consecutive = bool(np.all(np.diff(table[:blocks_for(span.end)]) == 1))
+            self.reads.append(slice(slots[0], slots[0] + span.end) if consecutive else slots)
+        if np.any(self.positions < 0):
+            raise InputError(f"the spans leave tokens of the forward's {rows} x {tokens} without a sequence")
+        self.tables = np.concatenate(tables).astype(np.int32) if tables else np.zeros(1, np.int32)
+        self.device = {}
+
+    def check(self, op, rows: int, tokens: int, positions: np.ndarray) -> None:
+        """The forward's shapes and positions are the ones this layout was made for (op names the layer)."""
+        if (rows, tokens) != (self.rows, self.tokens) or np.any(self.positions != positions.reshape(1, -1)):
+            raise InputError(f"{op.type} operator '{op.name}': the page layout is for {self.rows} x {self.tokens} "
+                             f"tokens at positions {self.positions[0, :8].tolist()}, the forward has {rows} x "
+                             f"{tokens} at {positions[:8].tolist()}")
