@@ -55,6 +55,10 @@ class Variants:
     (every variant, unless given). `files` are the OpenCL kernel files the variants are built from: a change
     to their source makes earlier measurements invalid."""
 
+    #: how many times any layer's choice for some shapes has changed: a recorded forward made before a change
+    #: may run other kernels than the layers now would (kuiper/opencl/replay.py)
+    changes = 0
+
     def __init__(self, rt, files, variants, rule, candidates=None):
         self.rt = rt
         self.files = tuple(files)
@@ -72,7 +76,7 @@ class Variants:
         (Winograd's transformed weights). Returns the name."""
         shapes = shape_key(shapes)
         name = name or self.rule(shapes)
-        self.chosen[shapes] = name
+        self._choose(shapes, name)
         self.by_name[name].kernel()
         return name
 
@@ -82,6 +86,11 @@ class Variants:
         allowed = self.candidates(shapes)
         if name not in allowed:
             raise BackendError(f"variant {name!r} cannot run input shapes {shapes} (candidates: {', '.join(allowed)})")
+        self._choose(shapes, name)
+
+    def _choose(self, shapes: tuple, name: str) -> None:
+        if self.chosen.get(shapes, name) != name:
+            Variants.changes += 1
         self.chosen[shapes] = name
 
     def pick(self, shapes) -> Variant:

@@ -11,19 +11,22 @@ the same for torch.
 A forward that uploads anything of its own or waits for the device (an operator that reads a tensor back, one
 with no OpenCL forward) depends on more than its shapes: the Enqueuer then stops recording and that plan always
 walks the graph. So does a layer whose launches follow state it keeps (`replayable = False`, kuiper/opencl/
-layer.py).
+layer.py). A recording made before any layer's variant choice changed (`Variants.changes`, as a test or a
+measurement switches kernels) is dropped, and the next forward records anew.
 """
 
 from __future__ import annotations
 
+from kuiper.core.variants import Variants
 from kuiper.opencl.runtime import _cl
 
 
 class Replay:
     """The launches of one recorded forward, ready to enqueue again."""
 
-    def __init__(self, rt, recording: list):
+    def __init__(self, rt, recording: list, variants_changes: int):
         cl = _cl()
+        self.variants_changes = variants_changes  # Variants.changes when the recording began
         self.steps = []
         for kind, *what in recording:
             if kind == "kernel":
@@ -37,6 +40,11 @@ class Replay:
 
     def __len__(self):
         return len(self.steps)
+
+    @property
+    def current(self) -> bool:
+        """Whether every layer still runs the variants it ran when this was recorded."""
+        return Variants.changes == self.variants_changes
 
     def enqueue(self, queue) -> None:
         for call, args, _ in self.steps:

@@ -11,6 +11,7 @@ import contextlib
 import warnings
 
 from kuiper.core.errors import KuiperWarning
+from kuiper.core.variants import Variants
 from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
 from kuiper.opencl.copy_chain import CopyChain
 from kuiper.opencl.fused import FusedLayer
@@ -77,11 +78,13 @@ class OpenCLExecutor:
     def forward(self, plan):
         self.enqueuer = q = Enqueuer(self.runtime, levels=self.schedule == "levels")
         self.plan = plan
-        record = not q.levels and plan.replay is None
+        if plan.replay is not None and not plan.replay.current:
+            plan.replay = None  # a layer's variant changed since: record again
+        record, changes = not q.levels and plan.replay is None, Variants.changes
         q.recording = [] if record else None
         yield
         if record and q.recording is not None:  # nothing in the forward made it depend on more than shapes
-            plan.replay = Replay(self.runtime, q.recording)
+            plan.replay = Replay(self.runtime, q.recording, changes)
 
     def replay(self, plan, input_operators: list, feeds: dict) -> bool:
         """Upload the inputs and enqueue the plan's recorded forward, if it has one (False: walk the graph)."""

@@ -68,3 +68,20 @@ def test_plans_of_two_shapes_each_replay_their_own(cl_runtime):
     for _ in range(2):
         np.testing.assert_allclose(graph.forward(*inputs)[0], refs[0], rtol=1e-4, atol=1e-4 * np.abs(refs[0]).max())
         np.testing.assert_array_equal(graph.forward(*one)[0], expected_one)
+
+
+def test_a_variant_chosen_anew_is_recorded_anew(cl_runtime):
+    """Switching a layer's kernel (as tests and measurements do) drops the recordings made before: the next
+    forward runs, and records, the new variant."""
+    graph, inputs, refs = unet(cl_runtime)
+    graph.forward(*inputs)
+    plan = graph.plan_for(*(x.shape for x in inputs))
+    before = plan.replay
+    op = next(op for op in graph.order if getattr(op.layer, "variants", None) is not None
+              and len(op.layer.variants.candidates(tuple(plan.shapes[o.name] for o in op.input_operands))) > 1)
+    shapes = tuple(plan.shapes[o.name] for o in op.input_operands)
+    current = op.layer.variants.pick(shapes).name
+    other = next(n for n in op.layer.variants.candidates(shapes) if n != current)
+    op.layer.variants.use(shapes, other)
+    np.testing.assert_allclose(graph.forward(*inputs)[0], refs[0], rtol=1e-4, atol=1e-4 * np.abs(refs[0]).max())
+    assert plan.replay is not before and plan.replay is not None
