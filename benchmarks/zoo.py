@@ -23,23 +23,21 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import zoo_models
+
 ROOT = Path(__file__).resolve().parent.parent
-#: the architectures of the real-models issue, at their default input size (inception_v3: 299)
-ZOO = ["vit_b_16", "swin_t", "swin_v2_t", "maxvit_t", "convnext_tiny", "shufflenet_v2_x1_0", "efficientnet_b0",
-       "efficientnet_v2_s", "regnet_y_400mf", "regnet_x_400mf", "mobilenet_v2", "mobilenet_v3_small",
-       "mobilenet_v3_large", "mnasnet1_0", "resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2",
-       "densenet121", "vgg11_bn", "inception_v3", "googlenet", "squeezenet1_1", "alexnet",
-       "fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large"]
 TOLERANCE = 1e-4  # max |kuiper - torch| / max |torch|
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", help="comma-separated torchvision names (default: the whole zoo)")
+    parser.add_argument("--models", help="comma-separated names or sources: torchvision, timm, transformers, "
+                                         "ultralytics (default: torchvision's; see benchmarks/zoo_models.py)")
     parser.add_argument("--engines", default="numpy,opencl,torch,onnxruntime",
                         help="comma-separated: numpy, opencl (kuiper's default device, or --device), torch, onnxruntime")
     parser.add_argument("--threads", type=int, default=2)
@@ -50,18 +48,24 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kuiper" / "zoo")
     parser.add_argument("--check", action="store_true", help="one round of one forward: correctness only")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--retry", action="store_true", help="export again the models whose export failed before")
+    parser.add_argument("--export-timeout", type=float, default=900, help="seconds one model's export may take")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # ENGINE: time it on --models in this process
     args = parser.parse_args()
+    if args.worker == "export":
+        return args.json.write_text(json.dumps(export(args.models, args.cache, "onnxruntime" in args.engines)))
     if args.worker:
         return worker(args)
     if args.check:
         args.rounds, args.runs, args.warmup = 1, 1, 0
-    models = args.models.split(",") if args.models else ZOO
+    models = zoo_models.names(args.models)
     engines = args.engines.split(",")
     failed = {}  # {(model, engine or None for all): why}
-    for name in models:
-        failed.update(export(name, args.cache, "onnxruntime" in engines))
     from processes import python, run_rounds
+
+    for name in models:
+        failed.update({(name, None if engine == "all" else engine): why
+                       for engine, why in export_in_process(name, args).items()})
 
     options = ["--cache", args.cache, "--threads", args.threads, "--runs", args.runs, "--warmup", args.warmup]
     options += ["--device", args.device] if args.device else []
@@ -73,13 +77,47 @@ def main() -> None:
     report(models, engines, failed, results, args)
 
 
-# ---- exporting (this process) ---------------------------------------------------------------------------
+# ---- exporting (a process of its own per model: pnnx may crash or hang) ------------------------------------
+def export_in_process(name: str, args) -> dict:
+    """What failed exporting `name` ({"all" or engine: why}), exporting it in a fresh process unless it is in
+    the cache already, or its export failed before (kept in failed.json; --retry tries again)."""
+    from processes import python
+
+    stem = zoo_models.folder(name)
+    folder = args.cache / stem
+    onnx = "onnxruntime" in args.engines
+    exported = (folder / f"{stem}.export.json").exists() and (folder / "torch_state.pt").exists()
+    if exported and ((folder / f"{stem}.onnx").exists() or not onnx):
+        return {}
+    if (folder / "failed.json").exists() and not args.retry:
+        return json.loads((folder / "failed.json").read_text())
+    print(f"exporting {name}", file=sys.stderr, flush=True)
+    result = folder / "export-result.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    result.unlink(missing_ok=True)
+    command = python(__file__, "--worker", "export", "--models", name, "--cache", args.cache,
+                     "--engines", args.engines, "--json", result)
+    try:
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              timeout=args.export_timeout)
+        failed = (json.loads(result.read_text()) if result.exists() else
+                  {"all": "the export crashed: " + ((done.stderr.strip().splitlines() or
+                                                     [f"exit status {done.returncode}"])[-1])})
+    except subprocess.TimeoutExpired:
+        failed = {"all": f"the export took more than {args.export_timeout:g} s"}
+    result.unlink(missing_ok=True)
+    if failed:
+        (folder / "failed.json").write_text(json.dumps(failed, indent=1))
+    return failed
+
+
 def export(name: str, cache: Path, onnx: bool) -> dict:
-    """Export `name` into cache/name once (and to ONNX once, when asked). Returns what failed:
-    {(name, None): why} when pnnx did (no engine can run it), {(name, "onnxruntime"): why} when ONNX did."""
-    folder = cache / name
-    exported = (folder / f"{name}.export.json").exists() and (folder / "torch_state.pt").exists()
-    onnx_file = folder / f"{name}.onnx"
+    """Export `name` into cache/NAME once (and to ONNX once, when asked). Returns what failed:
+    {"all": why} when pnnx did (no engine can run it), {"onnxruntime": why} when ONNX did."""
+    stem = zoo_models.folder(name)
+    folder = cache / stem
+    exported = (folder / f"{stem}.export.json").exists() and (folder / "torch_state.pt").exists()
+    onnx_file = folder / f"{stem}.onnx"
     if exported and (onnx_file.exists() or not onnx):
         return {}
     import torch
@@ -91,13 +129,16 @@ def export(name: str, cache: Path, onnx: bool) -> dict:
         return (str(e).splitlines() or [type(e).__name__])[0]
 
     print(f"exporting {name}", file=sys.stderr, flush=True)
-    module = model(name)
-    shape = kx.default_shape(f"torchvision:{name}")
+    try:
+        module = model(name)
+    except Exception as e:  # noqa: BLE001 (the model's own library raises what it raises)
+        return {"all": f"building the model failed: {type(e).__name__}: {said(e)}"}
+    shape = zoo_models.input_shape(name)
     if not exported:
         try:
-            kx.export(module, [shape], folder, name, spec=f"torchvision:{name}", random_weights=True)
+            kx.export(module, [shape], folder, stem, spec=name, random_weights=True)
         except (KuiperError, RuntimeError) as e:
-            return {(name, None): said(e)}
+            return {"all": said(e)}
         torch.save(module.state_dict(), folder / "torch_state.pt")
     if onnx and not onnx_file.exists():
         from onnx_engine import export_onnx
@@ -105,7 +146,7 @@ def export(name: str, cache: Path, onnx: bool) -> dict:
         try:
             export_onnx(module, torch.zeros(shape), onnx_file)
         except Exception as e:  # noqa: BLE001 (torch.onnx raises many kinds)
-            return {(name, "onnxruntime"): said(e)}
+            return {"onnxruntime": said(e)}
     return {}
 
 
@@ -116,7 +157,7 @@ def model(name: str):
     from kuiper.app import export as kx
 
     torch.manual_seed(0)
-    module = kx.build_module(f"torchvision:{name}")
+    module = zoo_models.build(name)
     kx.randomize(module, seed=0)
     return module.eval()
 
@@ -132,11 +173,12 @@ def worker(args) -> None:
 
     restart_if_misread()
     name = args.models
-    folder = args.cache / name
-    record = json.loads((folder / f"{name}.export.json").read_text())
+    stem = zoo_models.folder(name)
+    folder = args.cache / stem
+    record = json.loads((folder / f"{stem}.export.json").read_text())
     x = np.load(folder / record["inputs"][0]["file"])
     reference = np.load(folder / record["outputs"][0]["file"])
-    label, forward = engine(args, name, folder)
+    label, forward = engine(args, name, folder, stem)
     out = forward(x)
     error = float(np.abs(out - reference).max() / max(float(np.abs(reference).max()), 1e-30))
     for _ in range(args.warmup):
@@ -150,14 +192,14 @@ def worker(args) -> None:
                                      "median_ms": statistics.median(times) * 1e3}))
 
 
-def engine(args, name: str, folder: Path):
+def engine(args, name: str, folder: Path, stem: str):
     """(label, forward(x) -> the first output as a numpy array) of --worker on this model."""
     if args.worker in ("numpy", "opencl"):
         import kuiper
 
         kuiper.set_num_threads(args.threads)
         options = {"device": args.device} if args.worker == "opencl" and args.device else {}
-        graph = kuiper.load(folder / f"{name}.pnnx.param", backend=args.worker, **options)
+        graph = kuiper.load(folder / f"{stem}.pnnx.param", backend=args.worker, **options)
         label = f"kuiper-{args.worker}"
         if graph.runtime is not None:
             label += f" ({graph.runtime.device.name.strip()})"
@@ -165,7 +207,7 @@ def engine(args, name: str, folder: Path):
     if args.worker == "onnxruntime":
         from onnx_engine import onnxruntime_forward
 
-        return onnxruntime_forward(folder / f"{name}.onnx", args.threads)
+        return onnxruntime_forward(folder / f"{stem}.onnx", args.threads)
     if args.worker == "torch":
         import torch
 
