@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -240,7 +241,7 @@ def report(models, engines, failed, results, args) -> None:
 
     rows = []
     for name in models:
-        row = {"model": name}
+        row = {"model": name, "family": zoo_models.family(name)}
         for (model_name, engine), why in failed.items():
             if model_name == name:
                 row[f"{engine or 'pnnx'}_export_error"] = why
@@ -257,14 +258,14 @@ def report(models, engines, failed, results, args) -> None:
     def cell(value, spec):
         return "-" if value is None else format(value, spec)
 
-    header = ["model"] + [f"{e} err" for e in engines] + [f"{e} ms" for e in engines]
+    header = ["model", "family"] + [f"{e} err" for e in engines] + [f"{e} ms" for e in engines]
     header += [f"numpy/{b}" for b in ("torch", "onnxruntime") if "numpy" in engines and b in engines]
     print(f"\n{args.threads} thread(s), {args.rounds} round(s), median of {args.runs} run(s); err = max|diff|/max|ref| "
           f"against PyTorch (passes at <= {TOLERANCE:g}); {machine()}")
     print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
     notes = []
     for row in rows:
-        cells = [row["model"]]
+        cells = [row["model"], row["family"]]
         for e in engines:  # torch against its own saved output: 0 unless torch is not deterministic
             err = row[e]["relative_error"]
             cells.append("-" if err is None else f"{err:.1e}" + ("" if err <= TOLERANCE else " FAIL"))
@@ -276,9 +277,48 @@ def report(models, engines, failed, results, args) -> None:
         notes += [f"{row['model']} on {e}: {row[e]['error']}" for e in engines if row[e]["error"]]
     for note in notes:
         print(f"- {note}")
+    by_cause = failures_by_cause(rows, engines)
+    print(f"\n{sum(not any(row['failures'].values()) for row in rows)} of {len(rows)} match PyTorch on "
+          f"{' and '.join(engines)}. Failures by cause:")
+    for why, names in by_cause.items():
+        print(f"- {why} ({len(names)}): {', '.join(names)}")
     if args.json:
         args.json.write_text(json.dumps({"threads": args.threads, "rounds": args.rounds, "runs": args.runs,
                                          "machine": machine(), "rows": rows}, indent=2))
+
+
+def failures_by_cause(rows, engines) -> dict:
+    """{cause: [model or model (engine)]}, also kept in each row under "failures" ({engine: cause})."""
+    by_cause = {}
+    for row in rows:
+        row["failures"] = {}
+        for engine in engines:
+            why = cause(row, engine)
+            if why:
+                row["failures"][engine] = why
+                by_cause.setdefault(why, []).append(row["model"])
+    for why, names in by_cause.items():  # a model failing alike on every engine is named once
+        by_cause[why] = list(dict.fromkeys(names))
+    return dict(sorted(by_cause.items(), key=lambda item: -len(item[1])))
+
+
+def cause(row, engine) -> str | None:
+    """Why `engine` did not match PyTorch on the model of `row`, as a cause shared by models failing alike."""
+    known = zoo_models.PNNX_WRONG.get(row["model"])
+    export_error = row.get("pnnx_export_error") or row.get(f"{engine}_export_error")
+    if export_error:
+        return f"export: {export_error.split(' (its log')[0][:160]}"
+    error, relative = row[engine]["error"], row[engine]["relative_error"]
+    if error is None and relative is not None and relative <= TOLERANCE:
+        return None
+    if known:
+        return f"pnnx writes a wrong graph: {known}"
+    if error is None:
+        return "kuiper's output differs from PyTorch's"
+    said = error.split(": ", 1)[-1] if "Error: " in error else error
+    if "no layer for" in said:  # "...: no layer for 'TYPE' (operator NAMES); 'TYPE' (...); register one, ..."
+        return "kuiper lacks " + ", ".join(re.findall(r"'([^']+)' \(operator", said))
+    return f"kuiper refuses: {said[:200]}"
 
 
 if __name__ == "__main__":

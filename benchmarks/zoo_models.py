@@ -228,3 +228,6 @@ def _ultralytics(name: str):
 
     model = DetectionModel(f"{name}.yaml", verbose=False)
     return _first_output(model)
+
+# what pnnx writes wrongly for a model (found by reading its graph), with the pnnx version it was seen in
+PNNX_WRONG = {}

@@ -18,6 +18,7 @@ from kuiper.layers import (  # noqa: F401
     softmax,
     # convolution and friends
     conv2d,
+    conv1d,
     conv_transpose2d,
     linear,
     matmul,
