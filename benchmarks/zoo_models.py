@@ -112,7 +112,8 @@ _SMALL_VIT = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 
 _SMALL_STAGES = {"hidden_sizes": [16, 32, 48, 64], "depths": [1, 1, 2, 1]}
 TRANSFORMERS = {
     "vit": (64, _SMALL_VIT),
-    "deit": (64, _SMALL_VIT),
+    # the auto classes offer two heads for DeiT and LeViT: `architectures` picks the distilled one
+    "deit": (64, {**_SMALL_VIT, "architectures": ["DeiTForImageClassificationWithTeacher"]}),
     "beit": (64, {**_SMALL_VIT, "use_relative_position_bias": True}),
     "dinov2": (56, {**_SMALL_VIT, "image_size": 56, "patch_size": 14}),
     "swin": (64, {"image_size": 64, "patch_size": 4, "embed_dim": 24, "depths": [1, 1, 2, 1],
@@ -120,13 +121,15 @@ TRANSFORMERS = {
     "convnext": (64, _SMALL_STAGES),
     "convnextv2": (64, _SMALL_STAGES),
     "resnet": (64, {"embedding_size": 16, "hidden_sizes": [16, 32, 48, 64], "depths": [1, 1, 1, 1]}),
-    "regnet": (64, {}),
+    "regnet": (64, {"embedding_size": 16, "hidden_sizes": [16, 32, 48, 64], "depths": [1, 1, 2, 1],
+                    "groups_width": 8}),
     "mobilevit": (64, {"image_size": 64, "hidden_sizes": [32, 40, 48], "neck_hidden_sizes": [8, 8, 16, 16, 24,
                                                                                              32, 64]}),
     "segformer": (64, {"hidden_sizes": [16, 32, 48, 64], "decoder_hidden_size": 64, "depths": [1, 1, 1, 1]}),
     "poolformer": (64, {"hidden_sizes": [16, 32, 48, 64], "depths": [1, 1, 1, 1]}),
-    "levit": (64, {"image_size": 64}),
-    "efficientnet": (64, {"width_coefficient": 0.5, "depth_coefficient": 0.5}),
+    "levit": (64, {"image_size": 64, "architectures": ["LevitForImageClassificationWithTeacher"]}),
+    "efficientnet": (64, {"image_size": 64, "width_coefficient": 1.0, "depth_coefficient": 1.0,
+                          "hidden_dim": 1280}),  # B0 (the defaults are B7's)
 }
 # semantic segmentation models: the rest are image classifiers
 TRANSFORMERS_SEGMENTATION = {"segformer"}
