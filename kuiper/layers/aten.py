@@ -4,8 +4,9 @@ norms with `aten::clamp_min` at a 1e-12 written as a constant pnnx.Expression), 
 zeros shaped like its input (Tensor.zero_: swin_v2 zeroes the key's part of its qkv bias). pnnx 20261020
 writes that last one wrongly: the zeroed third of the bias is all the bias its F.linear gets, so torchvision's
 swin_v2 models stop at F.linear's shape check ("bias (96,) does not broadcast to the output (..., 288)").
+aten::addcmul(x, t1, t2, value) is x + value * t1 * t2.
 
-The two clamps are element-wise with broadcasting: they are pnnx.Expressions with a fixed formula, and run
+The two clamps and addcmul are element-wise with broadcasting: they are pnnx.Expressions with a fixed formula, and run
 as those do on every backend. The OpenCL forwards are kuiper/opencl/aten.py.
 """
 
@@ -37,6 +38,15 @@ class ClampMin(TensorBound):
 @register("aten::clamp_max")
 class ClampMax(TensorBound):
     formula = "min(@0,@1)"
+
+
+@register("aten::addcmul")
+class Addcmul(Expression):
+    """aten::addcmul(x, t1, t2, value): x + value * t1 * t2, all four broadcast together (value is mostly a
+    constant pnnx.Expression). ConvNeXt V2's global response norm adds its bias this way."""
+
+    num_inputs = 4
+    formula = "add(@0,mul(@3,mul(@1,@2)))"
 
 
 @register("aten::zero")

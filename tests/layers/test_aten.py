@@ -30,6 +30,15 @@ def test_clamp_with_a_tensor_bound(type, pick, bound_shape):
     assert_every_path_matches_reference(type, x, bound)
 
 
+@pytest.mark.parametrize("shapes", [[(2, 3, 5)] * 4, [(1, 3, 1), (3, 1), (2, 3, 5), ()], [(5,), (2, 3, 1), (3, 5), (1,)]])
+def test_addcmul_is_x_plus_value_times_the_product(shapes):
+    x, t1, t2, value = (randn(*shape) for shape in shapes)
+    (out,) = make_layer("aten::addcmul", input_shapes=shapes).run_numpy(x, t1, t2, value)
+    expected = x.astype(np.float64) + value.astype(np.float64) * t1 * t2.astype(np.float64)
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+    assert_every_path_matches_reference("aten::addcmul", x, t1, t2, value)
+
+
 def test_clamp_keeps_nans_and_the_input_dtype():
     x = np.array([np.nan, -1.0, 2.0], np.float32)
     for type in ("aten::clamp_min", "aten::clamp_max"):
