@@ -275,10 +275,23 @@ def test_tensor_split_indices(indices):
     check(split.run_numpy(x), np.split(x, indices, axis=1))
 
 
+@pytest.mark.parametrize("indices, cuts", [((-1,), (5,)), ((2, -1), (2, 5)), ((-4, -2), (2, 4)), ((-9,), (0,))])
+def test_tensor_split_negative_indices_count_from_the_end(indices, cuts):
+    x = rand(3, 6, 5, 7)
+    split = layer("torch.tensor_split", {"indices": indices, "dim": 1}, outputs=len(indices) + 1)
+    check(split.run_numpy(x), np.split(x, cuts, axis=1))
+
+
 @pytest.mark.parametrize("params", [{"indices": (4, 1)}, {"indices": (-1, 2)}, {"sections": 0}, {}])
 def test_tensor_split_bad_params(params):
     with pytest.raises(LayerError):
         layer("torch.tensor_split", params, outputs=3)
+
+
+def test_tensor_split_refuses_cuts_out_of_order_at_the_size_given():
+    split = layer("torch.tensor_split", {"indices": (4, -3), "dim": 1}, outputs=3)
+    with pytest.raises(ShapeError, match=r"indices=\(4, -3\) cut a dim of 6 out of order, at \[4, 3\]"):
+        split.output_shapes([(3, 6, 5, 7)])
 
 
 # ---- squeeze, unsqueeze, identity -------------------------------------------------------------------------
