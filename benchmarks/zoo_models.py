@@ -233,4 +233,9 @@ def _ultralytics(name: str):
     return _first_output(model)
 
 # what pnnx writes wrongly for a model (found by reading its graph), with the pnnx version it was seen in
-PNNX_WRONG = {}
+PNNX_WRONG = {
+    "timm:mobilevitv2_050": "pnnx 20261020 writes the F.fold that puts the patches back (after a reshape to "
+                            "(B, C*P, N)) as nn.PixelShuffle on the (B, C, P, N) tensor, the reshape dropped: "
+                            "the shapes it records are right, the operation is not, and its own Python script of "
+                            "the graph fails the same way (\"expected input[1, 16, 8, 128] to have 64 channels\")",
+}

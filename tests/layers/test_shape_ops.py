@@ -83,6 +83,19 @@ def test_reshape_merging_the_batch_is_ambiguous_at_another_batch():
     assert str(RECORDED) in message and str((3, 6, 5, 7)) in message
 
 
+@pytest.mark.parametrize("shape, other", [((64, 256), (1, 64, 256)), ((2, 6, 5, 7), (12, 35))])
+def test_reshape_as_takes_the_other_inputs_shape(shape, other):
+    # LeViT as pnnx writes it: `Tensor.reshape_as 2 1 12 10 13 $input=12 $other=10`
+    from conftest import assert_every_path_matches_reference
+
+    x, y = rand(*shape), rand(*other)
+    reshape_as = layer("Tensor.reshape_as", recorded=(shape, other))
+    check(reshape_as.run_numpy(x, y), [x.reshape(other)])
+    assert_every_path_matches_reference("Tensor.reshape_as", x, y, rtol=0)
+    with pytest.raises(ShapeError, match=r"cannot reshape a \(64, 256\) input as the \(1, 64, 255\) one"):
+        layer("Tensor.reshape_as", recorded=((64, 256), (1, 64, 255))).output_shapes([(64, 256), (1, 64, 255)])
+
+
 def test_reshape_to_a_size_that_does_not_fit_raises():
     with pytest.raises(ShapeError):
         layer("Tensor.reshape", {"shape": (2, -1, 4)}).output_shapes([RECORDED])
