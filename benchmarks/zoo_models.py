@@ -81,7 +81,7 @@ TIMM = {
     "poolformerv2_s12": ("PoolFormerV2", HYBRID, 128, {}),
     "caformer_s18": ("CAFormer", HYBRID, 128, {}),
     "tiny_vit_5m_224": ("TinyViT", HYBRID, 224, {}),
-    "coat_lite_tiny": ("CoaT", HYBRID, 128, {}),
+    "coat_lite_tiny": ("CoaT", HYBRID, 128, {"img_size": 128}),
     "visformer_tiny": ("Visformer", HYBRID, 128, {"img_size": 128}),
     "vit_tiny_patch16_224": ("ViT", VIT, 64, {"img_size": 64}),
     "deit_tiny_distilled_patch16_224": ("DeiT (distilled)", VIT, 64, {"img_size": 64}),
