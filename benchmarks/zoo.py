@@ -1,20 +1,26 @@
-"""The torchvision zoo on kuiper: each architecture exported with pnnx, checked against PyTorch on numpy and
-OpenCL, and timed beside torch eager and onnxruntime.
+"""The model zoo on kuiper: each architecture exported with pnnx, checked against PyTorch on numpy and OpenCL,
+and timed beside torch eager and onnxruntime.
 
-    python benchmarks/zoo.py [--models resnet50,vit_b_16] [--engines numpy,opencl,torch,onnxruntime]
+    python benchmarks/zoo.py [--models resnet50,timm,transformers:vit] [--engines numpy,opencl,torch,onnxruntime]
                              [--threads 2] [--rounds 3] [--runs 5] [--warmup 2] [--device SPEC]
-                             [--cache DIR] [--check] [--json FILE]
+                             [--cache DIR] [--check] [--json FILE] [--retry] [--export-timeout S]
 
-Needs the `export` extra (torch, torchvision, pnnx) and, for that engine, onnxruntime and onnx. Models have
-random weights (nothing is downloaded), made to show errors: BatchNorm statistics, LayerNorm affine values and
-layer scales get random values (kuiper.app.export.randomize). Each is exported once into --cache (default
-~/.cache/kuiper/zoo) at batch 1, with a seeded input, PyTorch's output, its weights for torch and an ONNX copy.
+The models are torchvision's (the default), timm's, transformers' vision models and ultralytics' YOLO
+(benchmarks/zoo_models.py lists them, their families and input sizes). Needs the `export` extra (torch,
+torchvision, pnnx), timm, transformers or ultralytics for their models and, for that engine, onnxruntime and
+onnx. Models have random weights (nothing is downloaded), made to show errors: BatchNorm statistics, LayerNorm
+affine values and layer scales get random values (kuiper.app.export.randomize). Each is exported once, in a
+process of its own (pnnx may crash), into --cache (default ~/.cache/kuiper/zoo) at batch 1, with a seeded input,
+PyTorch's output in float32 and in float64, its weights for torch and an ONNX copy. An export that failed is
+remembered there (failed.json) and tried again only with --retry.
 
 Every engine on every model then runs in a fresh process of its own, all of them in turn, --rounds times
 (benchmarks/processes.py). Each process first checks the engine's output against PyTorch's (max |diff| /
 max |ref|, at most 1e-4 to pass) and then times --runs forwards after --warmup. The table gives each engine's
 median over the rounds, and kuiper numpy's time over torch's and onnxruntime's as the median of the per-round
-ratios. --check runs one round of one forward: correctness only.
+ratios. --check runs one round of one forward: correctness only, and the failures grouped by cause. A model
+whose float32 PyTorch output is itself far from its float64 one (random weights can make a deep model
+ill-conditioned) is judged against the float64 output instead: see `conditioning`.
 """
 
 from __future__ import annotations
@@ -286,9 +292,10 @@ def report(models, engines, failed, results, args) -> None:
     def cell(value, spec):
         return "-" if value is None else format(value, spec)
 
+    timed = not args.check  # --check's single cold forward is no timing
     header = ["model", "family"] + [f"{e} err" for e in engines] + ["torch fp32 err"]
-    header += [f"{e} ms" for e in engines]
-    header += [f"numpy/{b}" for b in ("torch", "onnxruntime") if "numpy" in engines and b in engines]
+    header += [f"{e} ms" for e in engines if timed]
+    header += [f"numpy/{b}" for b in ("torch", "onnxruntime") if timed and "numpy" in engines and b in engines]
     print(f"\n{args.threads} thread(s), {args.rounds} round(s), median of {args.runs} run(s); err = max|diff|/max|ref| "
           f"against PyTorch (passes at <= {TOLERANCE:g}); torch fp32 err: PyTorch's own float32 output against its "
           f"float64 one; ~fp32: {ILL_CONDITIONED}; {machine()}")
@@ -302,8 +309,8 @@ def report(models, engines, failed, results, args) -> None:
             cells.append("-" if err is None else f"{err:.1e}{verdict}")
         own = [row[e]["torch_error_float64"] for e in engines if row[e]["torch_error_float64"] is not None]
         cells.append(f"{own[0]:.1e}" if own else "-")
-        cells += [cell(row[e]["ms"], ".1f") for e in engines]
-        cells += [cell(row.get(f"numpy/{b}"), ".2f") for b in ("torch", "onnxruntime") if f"numpy/{b}" in row]
+        cells += [cell(row[e]["ms"], ".1f") for e in engines if timed]
+        cells += [cell(row.get(f"numpy/{b}"), ".2f") for b in ("torch", "onnxruntime") if timed and f"numpy/{b}" in row]
         print("| " + " | ".join(cells) + " |")
         notes += [f"{row['model']}: {key.split('_')[0]} export failed: {why}" for key, why in row.items()
                   if key.endswith("_export_error")]
