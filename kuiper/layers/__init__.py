@@ -19,6 +19,7 @@ from kuiper.layers import (  # noqa: F401
     # convolution and friends
     conv2d,
     conv1d,
+    unfold,
     conv_transpose2d,
     linear,
     matmul,

@@ -193,12 +193,16 @@ class Conv2d(ConvLayer):
         self.add_bias(out)
 
     def kernel_windows(self, padded: np.ndarray) -> np.ndarray:
-        """The column matrix as a view of the zero-padded input, shaped (N, C, kh, kw, Ho, Wo): entry
-        [n, c, i, j, y, x] is padded[n, c, y*sh + i*dh, x*sw + j*dw], the pixel under tap (i, j) of the kernel
-        placed at output pixel (y, x). Strides only, no copy."""
-        n, c, h, w = padded.shape
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
-        ho, wo = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-        s_n, s_c, s_h, s_w = padded.strides
-        return as_strided(padded, (n, c, kh, kw, ho, wo), (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw),
-                          writeable=False)
+        return kernel_windows(padded, self.kernel_size, self.stride, self.dilation)
+
+
+def kernel_windows(padded: np.ndarray, kernel_size: tuple, stride: tuple, dilation: tuple) -> np.ndarray:
+    """The column matrix as a view of the zero-padded input, shaped (N, C, kh, kw, Ho, Wo): entry
+    [n, c, i, j, y, x] is padded[n, c, y*sh + i*dh, x*sw + j*dw], the pixel under tap (i, j) of the kernel
+    placed at output pixel (y, x). Strides only, no copy. nn.Unfold's output is this, reshaped."""
+    n, c, h, w = padded.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel_size, stride, dilation
+    ho, wo = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
+    s_n, s_c, s_h, s_w = padded.strides
+    return as_strided(padded, (n, c, kh, kw, ho, wo), (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw),
+                      writeable=False)
