@@ -238,4 +238,8 @@ PNNX_WRONG = {
                             "(B, C*P, N)) as nn.PixelShuffle on the (B, C, P, N) tensor, the reshape dropped: "
                             "the shapes it records are right, the operation is not, and its own Python script of "
                             "the graph fails the same way (\"expected input[1, 16, 8, 128] to have 64 channels\")",
+    "transformers:mobilevit": "pnnx 20261020 writes the reshape of the unfolded patches to (B, C, N, P) as "
+                              "Tensor.reshape shape=(1,32,16,4,4), one size too many, while it records the "
+                              "output as (1,32,16,4); its own Python script of the graph fails the same way "
+                              "(\"shape '[1, 32, 16, 4, 4]' is invalid for input of size 2048\")",
 }
