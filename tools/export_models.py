@@ -453,7 +453,8 @@ class TimmOps(nn.Module):
     timm writes it: a padding module pnnx keeps (BiT's stem), ECA's Conv1d along the channels, ConvNeXt V2's
     global response norm (torch.addcmul), multi-query attention (MobileNetV4: one key head for four query
     heads), EfficientViT's split of the last column (x[..., :-1], x[..., -1:]), BatchNorm1d on (N, C, L) and
-    on (N, C) (LeViT, RepViT), and LeViT's reshape_as."""
+    on (N, C) (LeViT, RepViT), LeViT's reshape_as, TNT's nn.Unfold, Hiera's torch.amax and transformers'
+    Swin pooler (nn.AdaptiveAvgPool1d)."""
 
     def __init__(self):
         super().__init__()
@@ -468,6 +469,8 @@ class TimmOps(nn.Module):
         self.bn_tokens = nn.BatchNorm1d(3)
         self.bn_features = nn.BatchNorm1d(16)  # before the Linear: pnnx folds one after it into the Linear
         self.fc = nn.Linear(16, 12)
+        self.unfold = nn.Unfold(kernel_size=(2, 3), stride=(2, 3))
+        self.pool = nn.AdaptiveAvgPool1d(3)
         he_init(self)
         randomize(self)  # from torch's global generator, seeded by build_model
 
@@ -486,7 +489,9 @@ class TimmOps(nn.Module):
         t = torch.cat([body * last.sigmoid(), last], dim=-1)         # (2, 60, 16)
         tokens = self.bn_tokens(t.reshape(b, 3, -1)).reshape_as(t)
         features = self.fc(self.bn_features(tokens.mean(1)))          # BatchNorm1d on (2, 16)
-        return tokens, features
+        patches = self.unfold(x)                                      # (2, 8 * 6, 3 * 3)
+        pooled = self.pool(patches.amax(dim=1, keepdim=True) + patches.amin(dim=2).unsqueeze(1).mean(2, True))
+        return tokens, features, pooled
 
 
 # ---------------------------------------------------------------------------------------------
@@ -737,7 +742,8 @@ SPECS = {
         "The operators timm's families add: nn.ConstantPad2d kept whole, ECA's Conv1d along the channels, "
         "ConvNeXt V2's response norm (torch.addcmul with a constant value), multi-query attention (one key "
         "head broadcast over four query heads), a split of the last column (tensor_split indices=(-1)), "
-        "BatchNorm1d on (N, C, L) and on (N, C), Tensor.reshape_as; at batch 2.",
+        "BatchNorm1d on (N, C, L) and on (N, C), Tensor.reshape_as, nn.Unfold, torch.amax and torch.amin, "
+        "nn.AdaptiveAvgPool1d; at batch 2.",
         (("b2", ((2, 6, 5, 7),)),),
         ("eca.weight", "bn_features.running_var"),
     ),
