@@ -453,8 +453,8 @@ class TimmOps(nn.Module):
     timm writes it: a padding module pnnx keeps (BiT's stem), ECA's Conv1d along the channels, ConvNeXt V2's
     global response norm (torch.addcmul), multi-query attention (MobileNetV4: one key head for four query
     heads), EfficientViT's split of the last column (x[..., :-1], x[..., -1:]), BatchNorm1d on (N, C, L) and
-    on (N, C) (LeViT, RepViT), LeViT's reshape_as, TNT's nn.Unfold, Hiera's torch.amax and transformers'
-    Swin pooler (nn.AdaptiveAvgPool1d)."""
+    on (N, C) (LeViT, RepViT), LeViT's reshape_as, TNT's nn.Unfold, Hiera's torch.amax, transformers'
+    Swin pooler (nn.AdaptiveAvgPool1d) and TResNet's reflect-padded blur (Conv2d padding_mode=reflect)."""
 
     def __init__(self):
         super().__init__()
@@ -471,6 +471,7 @@ class TimmOps(nn.Module):
         self.fc = nn.Linear(16, 12)
         self.unfold = nn.Unfold(kernel_size=(2, 3), stride=(2, 3))
         self.pool = nn.AdaptiveAvgPool1d(3)
+        self.blur = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False, padding_mode="reflect")
         he_init(self)
         randomize(self)  # from torch's global generator, seeded by build_model
 
@@ -491,7 +492,7 @@ class TimmOps(nn.Module):
         features = self.fc(self.bn_features(tokens.mean(1)))          # BatchNorm1d on (2, 16)
         patches = self.unfold(x)                                      # (2, 8 * 6, 3 * 3)
         pooled = self.pool(patches.amax(dim=1, keepdim=True) + patches.amin(dim=2).unsqueeze(1).mean(2, True))
-        return tokens, features, pooled
+        return tokens, features, pooled, self.blur(x)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -743,7 +744,7 @@ SPECS = {
         "ConvNeXt V2's response norm (torch.addcmul with a constant value), multi-query attention (one key "
         "head broadcast over four query heads), a split of the last column (tensor_split indices=(-1)), "
         "BatchNorm1d on (N, C, L) and on (N, C), Tensor.reshape_as, nn.Unfold, torch.amax and torch.amin, "
-        "nn.AdaptiveAvgPool1d; at batch 2.",
+        "nn.AdaptiveAvgPool1d, Conv2d padding_mode=reflect; at batch 2.",
         (("b2", ((2, 6, 5, 7),)),),
         ("eca.weight", "bn_features.running_var"),
     ),
