@@ -319,7 +319,7 @@ def report(models, engines, failed, results, args) -> None:
         print(f"- {note}")
     by_cause = failures_by_cause(rows, engines)
     print(f"\n{sum(not any(row['failures'].values()) for row in rows)} of {len(rows)} match PyTorch on "
-          f"{' and '.join(engines)}. Failures by cause:")
+          f"{' and '.join(engines)}." + (" Failures by cause:" if by_cause else ""))
     for why, names in by_cause.items():
         print(f"- {why} ({len(names)}): {', '.join(names)}")
     if args.json:
