@@ -3,7 +3,8 @@
 //
 // torch.norm builds the same kernels with -DNORM=<mode>: each element v enters the sum as TERM(v), and the
 // sum leaves as FINISH(sum). Modes 4 and 5, the largest and the smallest |v|, keep the largest TERM instead
-// of a sum (EXTREME): the smallest |v| is minus the largest -|v|.
+// of a sum (EXTREME): the smallest |v| is minus the largest -|v|. torch.amax and torch.amin are modes 6 and 7,
+// the largest v and minus the largest -v.
 
 #include "group_reduce.h"
 #include "store.h"
@@ -31,6 +32,14 @@
 #define EXTREME
 #define TERM(v) (-fabs(v))
 #define FINISH(s) fabs(s)
+#elif NORM == 6  // torch.amax: the largest v
+#define EXTREME
+#define TERM(v) (v)
+#define FINISH(s) (s)
+#elif NORM == 7  // torch.amin: minus the largest -v
+#define EXTREME
+#define TERM(v) (-(v))
+#define FINISH(s) (-(s))
 #endif
 
 // Neumaier's compensated sum: `lost` gathers what each addition rounded away, so a long reduction (a

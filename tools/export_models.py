@@ -448,6 +448,53 @@ class AttentionZoo(nn.Module):
         return a, b, c, d, self.norm(x)
 
 
+class TimmOps(nn.Module):
+    """Input 2x6x5x7: the operators timm's models need besides the CNN and attention zoos', each written as
+    timm writes it: a padding module pnnx keeps (BiT's stem), ECA's Conv1d along the channels, ConvNeXt V2's
+    global response norm (torch.addcmul), multi-query attention (MobileNetV4: one key head for four query
+    heads), EfficientViT's split of the last column (x[..., :-1], x[..., -1:]), BatchNorm1d on (N, C, L) and
+    on (N, C) (LeViT, RepViT), LeViT's reshape_as, TNT's nn.Unfold, Hiera's torch.amax, transformers'
+    Swin pooler (nn.AdaptiveAvgPool1d) and TResNet's reflect-padded blur (Conv2d padding_mode=reflect)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pad = nn.Sequential(nn.ConstantPad2d((1, 2, 0, 1), -0.5))
+        self.conv = nn.Conv2d(6, 8, 3, padding=1)
+        self.eca = nn.Conv1d(1, 1, 5, padding=2, bias=False)
+        self.grn_weight = nn.Parameter(torch.rand(1, 8, 1, 1) + 0.5)
+        self.grn_bias = nn.Parameter(0.1 * torch.randn(1, 8, 1, 1))
+        self.query = nn.Conv2d(8, 16, 1)
+        self.key = nn.Conv2d(8, 4, 1)
+        self.value = nn.Conv2d(8, 4, 1)
+        self.bn_tokens = nn.BatchNorm1d(3)
+        self.bn_features = nn.BatchNorm1d(16)  # before the Linear: pnnx folds one after it into the Linear
+        self.fc = nn.Linear(16, 12)
+        self.unfold = nn.Unfold(kernel_size=(2, 3), stride=(2, 3))
+        self.pool = nn.AdaptiveAvgPool1d(3)
+        self.blur = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False, padding_mode="reflect")
+        he_init(self)
+        randomize(self)  # from torch's global generator, seeded by build_model
+
+    def forward(self, x):
+        x = self.conv(self.pad(x))                                   # (2, 8, 6, 10)
+        b, c, h, w = x.shape
+        gate = self.eca(x.mean((2, 3)).view(b, 1, c)).sigmoid()
+        x = x * gate.view(b, c, 1, 1)
+        norm = x.norm(p=2, dim=(2, 3), keepdim=True)
+        x = x + torch.addcmul(self.grn_bias, self.grn_weight, x * (norm / (norm.mean(dim=1, keepdim=True) + 1e-6)))
+        q = self.query(x).reshape(b, 4, 4, h * w).transpose(-1, -2)  # (2, 4 heads, 60, 4)
+        k = self.key(x).reshape(b, 4, h * w).transpose(1, 2).unsqueeze(1)
+        v = self.value(x).reshape(b, 4, h * w).transpose(1, 2).unsqueeze(1)
+        t = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, h * w, 16)
+        body, last = t[..., :-1], t[..., -1:]
+        t = torch.cat([body * last.sigmoid(), last], dim=-1)         # (2, 60, 16)
+        tokens = self.bn_tokens(t.reshape(b, 3, -1)).reshape_as(t)
+        features = self.fc(self.bn_features(tokens.mean(1)))          # BatchNorm1d on (2, 16)
+        patches = self.unfold(x)                                      # (2, 8 * 6, 3 * 3)
+        pooled = self.pool(patches.amax(dim=1, keepdim=True) + patches.amin(dim=2).unsqueeze(1).mean(2, True))
+        return tokens, features, pooled, self.blur(x)
+
+
 # ---------------------------------------------------------------------------------------------
 # Language models: transformers' own classes, built small, with eager attention and no cache, traced at a
 # fixed sequence length on int64 token ids. Each sits in a wrapper because pnnx traces positional tensor
@@ -690,6 +737,16 @@ SPECS = {
         "F.scaled_dot_product_attention with a mask and causal, LayerNorm over (5, 8) without affine; batch 2.",
         (("b2", ((2, 5, 8), (4, 5, 5), (2, 7, 6))),),
         ("self_attention.in_proj_weight", "cross_attention.q_proj_weight"),
+    ),
+    "timm_ops": Spec(
+        TimmOps,
+        "The operators timm's families add: nn.ConstantPad2d kept whole, ECA's Conv1d along the channels, "
+        "ConvNeXt V2's response norm (torch.addcmul with a constant value), multi-query attention (one key "
+        "head broadcast over four query heads), a split of the last column (tensor_split indices=(-1)), "
+        "BatchNorm1d on (N, C, L) and on (N, C), Tensor.reshape_as, nn.Unfold, torch.amax and torch.amin, "
+        "nn.AdaptiveAvgPool1d, Conv2d padding_mode=reflect; at batch 2.",
+        (("b2", ((2, 6, 5, 7),)),),
+        ("eca.weight", "bn_features.running_var"),
     ),
     "custom_scale": Spec(
         CustomScale,

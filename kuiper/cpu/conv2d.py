@@ -255,6 +255,8 @@ class Conv2d(KeepsScratch, conv2d.Conv2d):
         # its epilogue adds. Arrays' shapes already are the tuples of ints shape_key makes, at a third of its cost
         variant = self.variants.pick(tuple(x.shape for x in epilogue.inputs))
         x, out = batched(inputs[0]), batched(outputs[0])
+        if self.edge_pads is not None:  # reflect, replicate or circular: every variant runs on the padded input
+            x = self.edge_padded(x)
         if outputs[0].ndim == 3:  # the tensors the epilogue adds, seen as (1, C, H, W) like the output
             epilogue = epilogue.reshaped(out.shape)
         variant(x, out, epilogue)

@@ -18,6 +18,8 @@ from kuiper.layers import (  # noqa: F401
     softmax,
     # convolution and friends
     conv2d,
+    conv1d,
+    unfold,
     conv_transpose2d,
     linear,
     matmul,

@@ -7,7 +7,9 @@ A 2-D bin is a range of rows times a range of columns, so pooling is separable: 
 axis, then along the other. Along one axis the bins are written as taps, like upsampling's: index[t, i] is
 the t-th position of bin i. Forward then gathers one tap of every bin at once (np.take) and folds it in, so it
 costs as many whole-array operations as the longest bin has positions, not one per output. A 1x1 output
-(global pooling) is a single reduction over H and W instead. The OpenCL forward: kuiper/opencl/adaptive_pool.py.
+(global pooling) is a single reduction over H and W instead. AdaptiveAvgPool1d pools (N, C, L) as the 2-D
+pooling of its (N, C, 1, L) view (transformers' Swin pools its tokens so). The OpenCL forward:
+kuiper/opencl/adaptive_pool.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import functools
 import numpy as np
 
 from kuiper.layers.base import Layer
+from kuiper.layers.conv1d import with_height
 from kuiper.layers.registry import register
 
 
@@ -76,9 +79,12 @@ class AdaptivePool2d(Layer):
     def __init__(self, op):
         super().__init__(op)
         # pnnx writes a None entry of output_size ("keep this input size") as 0
-        self.output_size = self.ints_param("output_size", 2)
+        self.output_size = self.read_output_size()
         if min(self.output_size) < 0:
             raise self.error(f"output_size must not be negative, got {self.output_size}")
+
+    def read_output_size(self) -> tuple:
+        return self.ints_param("output_size", 2)
 
     def output_hw(self, input_shape: tuple) -> tuple:
         return tuple(o or size for o, size in zip(self.output_size, input_shape[-2:]))
@@ -109,6 +115,22 @@ class AdaptiveAvgPool2d(AdaptivePool2d):
     def pool_bins(self, x, row_taps, col_taps, outputs):
         by_rows = mean_over_taps(x, *row_taps, axis=-2)
         mean_over_taps(by_rows, *col_taps, axis=-1, out=outputs[0])
+
+
+@register("nn.AdaptiveAvgPool1d", "F.adaptive_avg_pool1d")
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    def read_output_size(self) -> tuple:
+        return (1, *self.ints_param("output_size", 1))
+
+    def output_shapes(self, input_shapes):
+        shape = tuple(input_shapes[0])
+        if len(shape) not in (2, 3) or shape[-1] < 1:
+            raise self.shape_error(f"expects a non-empty (C, L) or (N, C, L) input, got {shape}")
+        return [shape[:-1] + self.output_hw(with_height(shape))[1:]]
+
+    def forward_numpy(self, inputs, outputs):
+        x, out = inputs[0], outputs[0]
+        super().forward_numpy([x.reshape(with_height(x.shape))], [out.reshape(with_height(out.shape))])
 
 
 @register("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d")

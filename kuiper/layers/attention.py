@@ -16,7 +16,8 @@ softmax (with the weights output) gives NaN, and so does this layer in each case
 
 What pnnx writes for SDPA (checked with pnnx 20261020 against torch 2.13): inputs $query, $key, $value[,
 $attn_mask] (any broadcastable shape), dropout_p, is_causal, and scale and enable_gqa when given (grouped-query
-attention: key and value have fewer heads, each shared by consecutive query heads). MHA, with what pnnx writes
+attention: key and value have fewer heads, each shared by consecutive query heads; a single key head is
+broadcast without it). MHA, with what pnnx writes
 for it, is kuiper/layers/multihead_attention.py. The OpenCL forwards are kuiper/opencl/attention.py (SDPA and
 what both share) and kuiper/opencl/multihead_attention.py.
 """
@@ -149,9 +150,11 @@ class ScaledDotProductAttention(Attention):
         return [query[:-1] + value[-1:]]
 
     def grouped(self, query: tuple, key: tuple) -> bool:
-        """Grouped-query attention: the heads (dim -3) of the key a divisor of the query's, the rest alike."""
-        return (self.enable_gqa and len(query) >= 3 and query[:-3] == key[:-3] and key[-3] >= 1
-                and query[-3] % key[-3] == 0)
+        """Grouped-query attention: the heads (dim -3) of the key a divisor of the query's, the rest alike. One
+        key head needs no enable_gqa: PyTorch broadcasts it over the query's heads (multi-query attention, as
+        timm's MobileNetV4 hybrids write it)."""
+        return (len(query) >= 3 and query[:-3] == key[:-3] and key[-3] >= 1
+                and (key[-3] == 1 or self.enable_gqa and query[-3] % key[-3] == 0))
 
     def scale_for(self, depth: int) -> float:
         return 1 / math.sqrt(depth) if self.scale is None else self.scale

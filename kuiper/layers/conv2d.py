@@ -30,7 +30,11 @@ from numpy.lib.stride_tricks import as_strided
 
 from kuiper.core.operators import make_operator
 from kuiper.layers.base import Layer
+from kuiper.layers.pad import source_positions
 from kuiper.layers.registry import register
+
+#: the padding modes besides zeros: F.pad's names for them
+EDGE_MODES = ("reflect", "replicate", "circular")
 
 
 def batched(array: np.ndarray) -> np.ndarray:
@@ -40,6 +44,9 @@ def batched(array: np.ndarray) -> np.ndarray:
 
 class ConvLayer(Layer):
     """What Conv2d and ConvTranspose2d share: geometry parameters, input checks and the bias."""
+
+    #: the padding_mode values the layer computes
+    padding_modes = ("zeros",)
 
     def __init__(self, op):
         super().__init__(op)
@@ -54,7 +61,7 @@ class ConvLayer(Layer):
                 f"in_channels={self.in_channels} and out_channels={self.out_channels} "
                 f"must both be divisible by groups={self.groups}"
             )
-        self.str_param("padding_mode", "zeros", choices=("zeros",))
+        self.padding_mode = self.str_param("padding_mode", "zeros", choices=self.padding_modes)
         # shaped (Cout, 1, 1) so that it broadcasts over (N, Cout, H, W); a copy for alignment (see Conv2d.w_gemm)
         bias = self.weight("bias", (self.out_channels,)) if self.bool_param("bias", True) else None
         self.bias = None if bias is None else np.array(bias).reshape(-1, 1, 1)
@@ -85,11 +92,18 @@ class ConvLayer(Layer):
 
 @register("nn.Conv2d")
 class Conv2d(ConvLayer):
+    padding_modes = ("zeros",) + EDGE_MODES
+
     def __init__(self, op):
         super().__init__(op)
         (kh, kw), g = self.kernel_size, self.groups
         cin_g, cout_g = self.in_channels // g, self.out_channels // g
         self.pads = self._read_padding()  # ((top, bottom), (left, right))
+        # reflect, replicate or circular padding (pnnx folds TResNet's reflect pad into its blur convolution):
+        # the input is padded first, by F.pad's rules, and the convolution itself pads nothing
+        self.edge_pads = None
+        if self.padding_mode != "zeros":
+            self.edge_pads, self.pads = self.pads, ((0, 0), (0, 0))
 
         self.w_kernel = self.weight("weight", (self.out_channels, cin_g, kh, kw))
         # row o of group g holds output channel g*cout_g + o, its columns run over (cin_g, kh, kw) like im2col's rows.
@@ -126,6 +140,13 @@ class Conv2d(ConvLayer):
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])
         self.check_input(shape)
+        if self.edge_pads is not None:
+            for axis, (size, (before, after)) in enumerate(zip(shape[-2:], self.edge_pads)):
+                limit = size - 1 if self.padding_mode == "reflect" else size
+                if max(before, after) > limit or size < 1:
+                    raise self.shape_error(f"padding_mode={self.padding_mode} cannot pad dim {axis - 2} of a "
+                                           f"{shape} input by {(before, after)}")
+            shape = shape[:-2] + tuple(n + a + b for n, (a, b) in zip(shape[-2:], self.edge_pads))
         out_hw = []
         for size, (before, after), k, s, d in zip(shape[-2:], self.pads, self.kernel_size, self.stride, self.dilation):
             extent = d * (k - 1) + 1  # the dilated kernel's span
@@ -152,7 +173,10 @@ class Conv2d(ConvLayer):
         """This convolution, for inputs of in_hw, without the kernel rows and columns that read only padding:
         the same output from fewer multiplies. DeepLab's atrous branches are the case: at dilation 24 and 36 on
         a 14x14 map only the centre tap of the 3x3 kernel reaches the map, a 1x1 convolution. None where every
-        tap reads some pixel, or where dropping taps would leave uneven or negative padding."""
+        tap reads some pixel, or where dropping taps would leave uneven or negative padding (or the input is
+        padded by a mode other than zeros, before the convolution)."""
+        if self.edge_pads is not None:
+            return None
         live = self.live_taps(in_hw)
         if all(stop - first == k for (first, stop), k in zip(live, self.kernel_size)):
             return None
@@ -181,8 +205,15 @@ class Conv2d(ConvLayer):
                            attrs, input_shapes=[operand.shape for operand in self.op.input_operands])
         return type(self)(op)
 
+    def edge_padded(self, x: np.ndarray) -> np.ndarray:
+        """x padded by padding_mode (reflect, replicate, circular), as F.pad pads."""
+        rows, cols = (source_positions(self.padding_mode, n, *pair) for n, pair in zip(x.shape[-2:], self.edge_pads))
+        return x[..., rows[:, None], cols]
+
     def forward_numpy(self, inputs, outputs):
         x, out = batched(inputs[0]), batched(outputs[0])
+        if self.edge_pads is not None:
+            x = self.edge_padded(x)
         n, g, (ho, wo) = x.shape[0], self.groups, out.shape[2:]
         (top, bottom), (left, right) = self.pads
         windows = self.kernel_windows(np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right))))
@@ -193,12 +224,16 @@ class Conv2d(ConvLayer):
         self.add_bias(out)
 
     def kernel_windows(self, padded: np.ndarray) -> np.ndarray:
-        """The column matrix as a view of the zero-padded input, shaped (N, C, kh, kw, Ho, Wo): entry
-        [n, c, i, j, y, x] is padded[n, c, y*sh + i*dh, x*sw + j*dw], the pixel under tap (i, j) of the kernel
-        placed at output pixel (y, x). Strides only, no copy."""
-        n, c, h, w = padded.shape
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
-        ho, wo = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-        s_n, s_c, s_h, s_w = padded.strides
-        return as_strided(padded, (n, c, kh, kw, ho, wo), (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw),
-                          writeable=False)
+        return kernel_windows(padded, self.kernel_size, self.stride, self.dilation)
+
+
+def kernel_windows(padded: np.ndarray, kernel_size: tuple, stride: tuple, dilation: tuple) -> np.ndarray:
+    """The column matrix as a view of the zero-padded input, shaped (N, C, kh, kw, Ho, Wo): entry
+    [n, c, i, j, y, x] is padded[n, c, y*sh + i*dh, x*sw + j*dw], the pixel under tap (i, j) of the kernel
+    placed at output pixel (y, x). Strides only, no copy. nn.Unfold's output is this, reshaped."""
+    n, c, h, w = padded.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel_size, stride, dilation
+    ho, wo = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
+    s_n, s_c, s_h, s_w = padded.strides
+    return as_strided(padded, (n, c, kh, kw, ho, wo), (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw),
+                      writeable=False)

@@ -1,10 +1,11 @@
-"""Padding (F.pad): widen the last dims, or crop them where an amount is negative.
+"""Padding (F.pad and the padding modules): widen the last dims, or crop them where an amount is negative.
 
-pnnx writes every padding module as F.pad: nn.ZeroPad1d/2d/3d (`mode=constant value=0.0`),
+pnnx mostly writes the padding modules as F.pad: nn.ZeroPad1d/2d/3d (`mode=constant value=0.0`),
 nn.ConstantPad1d/2d/3d, nn.ReflectionPad1d/2d/3d (`mode=reflect value=None`), nn.ReplicationPad1d/2d/3d
 and nn.CircularPad1d/2d/3d, and swin_v2 pads its windows with `F.pad mode=constant pad=(0,0,0,4,0,4)
 value=None` (None means 0). `pad` holds a (before, after) pair per dim from the last dim backwards:
-(left, right, top, bottom, front, back).
+(left, right, top, bottom, front, back). Some modules it keeps as they are, timm's BiT stem's
+`nn.ConstantPad2d padding=(1,1,1,1) value=0.0` for one: the module's type gives the mode, `padding` the pairs.
 
 Along a dim of n elements padded by (before, after), output position o reads input position i = o - before;
 where i falls outside the input, the mode says what goes there:
@@ -26,6 +27,10 @@ from kuiper.layers.registry import register
 
 #: what F.pad's `mode` may be
 MODES = ("constant", "reflect", "replicate", "circular")
+#: the padding modules, by the mode they pad in (each in its 1d, 2d and 3d form)
+MODULE_MODES = {f"nn.{module}{dims}d": mode for module, mode in (("ZeroPad", "constant"), ("ConstantPad", "constant"),
+                ("ReflectionPad", "reflect"), ("ReplicationPad", "replicate"), ("CircularPad", "circular"))
+                for dims in (1, 2, 3)}
 
 
 def kept_part(n: int, before: int, after: int) -> tuple:
@@ -47,12 +52,17 @@ def source_positions(mode: str, n: int, before: int, after: int) -> np.ndarray:
     return kept.start + (i - kept.start) % (kept.stop - kept.start)
 
 
-@register("F.pad")
+@register("F.pad", *MODULE_MODES)
 class Pad(Layer):
     def __init__(self, op):
         super().__init__(op)
-        self.mode = self.str_param("mode", "constant", choices=MODES)
-        self.pad = self.ints_param("pad")
+        if op.type in MODULE_MODES:
+            self.mode = MODULE_MODES[op.type]
+            # a single number pads every side of the module's 1, 2 or 3 dims alike
+            self.pad = self.ints_param("padding", 2 * int(op.type[-2]))
+        else:
+            self.mode = self.str_param("mode", "constant", choices=MODES)
+            self.pad = self.ints_param("pad")
         if len(self.pad) % 2:
             raise self.error(f"pad={self.pad} must hold a (before, after) pair per dim")
         if self.mode != "constant" and len(self.pad) > 6:

@@ -1,5 +1,5 @@
-"""torch.sum, torch.mean and torch.norm over some dimensions (all of them when no dim is given), keeping them
-as size 1 with keepdim; and F.normalize, which divides by a norm. The numpy forwards are numpy's reductions;
+"""torch.sum, torch.mean, torch.amax, torch.amin and torch.norm over some dimensions (all of them when no dim is
+given), keeping them as size 1 with keepdim; and F.normalize, which divides by a norm. The numpy forwards are numpy's reductions;
 the OpenCL ones are kuiper/opencl/reduce.py.
 """
 
@@ -64,6 +64,18 @@ class Sum(Reduce):
 @register("torch.mean")
 class Mean(Reduce):
     reduction = staticmethod(np.mean)
+
+
+@register("torch.amax")
+class Amax(Reduce):
+    """The largest element (a NaN, once met, is the answer, as in PyTorch). Hiera pools its mask units so."""
+
+    reduction = staticmethod(np.amax)
+
+
+@register("torch.amin")
+class Amin(Reduce):
+    reduction = staticmethod(np.amin)
 
 
 @register("torch.norm")

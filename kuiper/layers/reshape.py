@@ -71,3 +71,21 @@ class Reshape(ViewLayer):
                 f"cannot reshape a {given} input to shape={self.shape} (the .param recorded a {recorded} "
                 f"input; only a first size equal to the recorded batch follows a new batch)")
         return [tuple(shape)]
+
+
+@register("Tensor.reshape_as", "Tensor.view_as")
+class ReshapeAs(Layer):
+    """x.reshape_as(other): x's elements under other's shape (LeViT's residual MLPs). Its second input is read
+    for its shape only. Not a ViewLayer, whose output the fusion pass lays over its one input's buffer: the
+    forward copies."""
+
+    num_inputs = 2
+
+    def output_shapes(self, input_shapes):
+        given, target = (tuple(shape) for shape in input_shapes)
+        if math.prod(given) != math.prod(target):
+            raise self.shape_error(f"cannot reshape a {given} input as the {target} one")
+        return [target]
+
+    def forward_numpy(self, inputs, outputs):
+        np.copyto(outputs[0], inputs[0].reshape(outputs[0].shape))

@@ -82,16 +82,19 @@ class Split(SplitLayer):
 @register("torch.tensor_split")
 class TensorSplit(SplitLayer):
     """`sections=n`: n pieces as equal as can be, the first ones longer (numpy's array_split);
-    `indices=(i, j, ...)`: cut before each index."""
+    `indices=(i, j, ...)`: cut before each index, a negative one counting from the end (pnnx writes
+    `x[..., :-1], x[..., -1:]` as `indices=(-1)`: timm's EfficientViT)."""
 
     def __init__(self, op):
         super().__init__(op)
         if "indices" in op.params:
             self.sections = None
             self.indices = self.ints_param("indices")
-            if any(i < 0 for i in self.indices) or list(self.indices) != sorted(self.indices):
-                # PyTorch also reads negative and decreasing indices as slices; such pieces may overlap
-                raise self.error(f"indices={self.indices} must be >= 0 and in increasing order")
+            ahead, behind = [i for i in self.indices if i >= 0], [i for i in self.indices if i < 0]
+            if list(self.indices) != sorted(ahead) + sorted(behind):
+                # PyTorch also reads decreasing indices as slices; such pieces may overlap
+                raise self.error(f"indices={self.indices} must be in increasing order (negative ones, counted "
+                                 f"from the end, after the others)")
         else:
             self.sections = self.int_param("sections")
             if self.sections <= 0:
@@ -101,6 +104,8 @@ class TensorSplit(SplitLayer):
         if self.sections is not None:
             small, longer = divmod(length, self.sections)
             return (small + (k < longer) for k in range(self.sections))
-        # an index past the end cuts at the end, leaving empty pieces
-        bounds = [min(i, length) for i in (0, *self.indices, length)]
+        # an index past either end cuts at that end, leaving empty pieces
+        bounds = [max(0, min(i + length if i < 0 else i, length)) for i in (0, *self.indices, length)]
+        if bounds != sorted(bounds):
+            raise self.shape_error(f"indices={self.indices} cut a dim of {length} out of order, at {bounds[1:-1]}")
         return [b - a for a, b in zip(bounds, bounds[1:])]

@@ -1,13 +1,15 @@
 """Adaptive average and max pooling on OpenCL (the ops and their bins: kuiper/layers/adaptive_pool.py), in
 cl/pooling.cl: a work-item per output element, which computes its bin's bounds from PyTorch's formula and
-pools it, consecutive work-items writing consecutive elements. Max pooling with return_indices takes the kernel
-that also writes where each maximum came from (adaptive_max_pool2d_indices)."""
+pools it, consecutive work-items writing consecutive elements; AdaptiveAvgPool1d runs it on the unit-height
+view. Max pooling with return_indices takes the kernel that also writes where each maximum came from
+(adaptive_max_pool2d_indices)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from kuiper.layers import adaptive_pool
+from kuiper.layers.conv1d import with_height
 from kuiper.opencl.layer import OpenCLLayer
 from kuiper.opencl.registry import opencl
 from kuiper.opencl.runtime import round_up
@@ -31,6 +33,13 @@ class OpenCLAdaptivePool2d(OpenCLLayer):
 @opencl("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
 class AdaptiveAvgPool2d(OpenCLAdaptivePool2d, adaptive_pool.AdaptiveAvgPool2d):
     cl_name = "adaptive_avg_pool2d"
+
+
+@opencl("nn.AdaptiveAvgPool1d", "F.adaptive_avg_pool1d")
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d, adaptive_pool.AdaptiveAvgPool1d):
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        super().forward_opencl(q, [x.reshape(with_height(x.shape))], [y.reshape(with_height(y.shape))])
 
 
 @opencl("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d")

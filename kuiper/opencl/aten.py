@@ -1,6 +1,6 @@
 """pnnx's aten:: fallbacks on OpenCL (the layers themselves: kuiper/layers/aten.py): the clamps with a tensor
-bound are expressions (kuiper/opencl/expression.py), and aten::zero copies one zero into every element with the
-strided copy (cl/copy.cl, a source stride of 0), whatever the dtype."""
+bound and addcmul are expressions (kuiper/opencl/expression.py), and aten::zero copies one zero into every
+element with the strided copy (cl/copy.cl, a source stride of 0), whatever the dtype."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ class ClampMin(Expression, aten.ClampMin):
 
 @opencl("aten::clamp_max")
 class ClampMax(Expression, aten.ClampMax):
+    pass
+
+
+@opencl("aten::addcmul")
+class Addcmul(Expression, aten.Addcmul):
     pass
 
 

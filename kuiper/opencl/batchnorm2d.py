@@ -6,6 +6,8 @@ The N * C planes of H * W pixels can be split over work-items in three ways, the
 and "tiled" (a work-item per TILE pixels of a plane), the last two the same kernel, batchnorm_run, over runs
 of different lengths. `rule` says which one suits a shape on a device: neighbouring pixels in neighbouring
 work-items on GPUs, whose loads merge; a loop over contiguous pixels within a work-item on CPUs.
+
+BatchNorm1d runs "tiled" on its (N, C, L, 1) view: its planes are one row of L values.
 """
 
 from __future__ import annotations
@@ -76,3 +78,17 @@ class BatchNorm2d(OpenCLLayer, batchnorm2d.BatchNorm2d):
         n, c, h, w = x.shape
         q.run(kernel, (-(-h * w // run), n * c), None, y.buffer, x.buffer, self.cl_scale, self.cl_shift, h * w, c,
               run)
+
+
+@opencl("nn.BatchNorm1d")
+class BatchNorm1d(BatchNorm2d, batchnorm2d.BatchNorm1d):
+    def build_opencl(self, rt):
+        super().build_opencl(rt)
+        self.variants = None  # one way: "tiled", on the planes' view (the graph's shapes are not 4-d)
+        self.cl_run = rt.kernel("batchnorm.cl", "batchnorm_run")
+
+    def forward_opencl(self, q, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        if y.size:
+            planes = batchnorm2d.as_planes(x.shape)
+            self._per_tile(q, self.cl_run, y.reshape(planes), x.reshape(planes))

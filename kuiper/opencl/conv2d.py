@@ -62,6 +62,11 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
     #: the OpenCL forward runs a fused epilogue in the kernel that stores the output (GEMM, Winograd, depthwise)
     takes_opencl_epilogue = True
 
+    @property
+    def supports_opencl(self) -> bool:
+        # reflect, replicate or circular padding (TResNet's blur, a few layers) runs on the host
+        return self.edge_pads is None
+
     def build_opencl(self, rt):
         self.cl_rt, self.cl_crops = rt, {}  # input size -> this layer cropped to its live taps, built, or None
         self.cl_bias = None if self.bias is None else rt.upload(self.bias.ravel())

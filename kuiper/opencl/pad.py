@@ -23,7 +23,7 @@ from kuiper.opencl.strided import WORD_TYPES, StridedCopy, sliced
 KERNEL_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 
 
-@opencl("F.pad")
+@opencl("F.pad", *pad.MODULE_MODES)
 class Pad(OpenCLLayer, pad.Pad):
     def build_opencl(self, rt):
         self.rt, self.kernels = rt, {}

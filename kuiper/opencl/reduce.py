@@ -1,11 +1,12 @@
-"""torch.sum, torch.mean, torch.norm and F.normalize on OpenCL (the layers themselves: kuiper/layers/reduce.py).
+"""torch.sum, torch.mean, torch.amax, torch.amin, torch.norm and F.normalize on OpenCL (the layers themselves: kuiper/layers/reduce.py).
 
 In cl/reduce.cl one work-item computes one output element, walking its reduced elements in up to four nested
 loops; the host describes the input as kept and reduced dims (see `reduce_layout`). On a GPU, outputs whose
 reduced elements form one long contiguous row (a mean over H and W) get a work-group each instead
 (`RowGroups`, shared with softmax, layer norm and attention): the group reads the row unit-stride where one
 work-item per output would stride by the row length. torch.norm builds the same kernels with its formula
-(-DNORM); the infinity norms keep the one-per-output kernel, as the group's reduction would drop a NaN.
+(-DNORM), and so do amax and amin; these and the infinity norms keep the one-per-output kernel, as the
+group's reduction would drop a NaN.
 F.normalize runs the norm into a buffer of its own, then cl/expression.cl divides.
 """
 
@@ -126,6 +127,18 @@ class Sum(Reduce, reduce.Sum):
 @opencl("torch.mean")
 class Mean(Reduce, reduce.Mean):
     averages = True
+
+
+@opencl("torch.amax")
+class Amax(Reduce, reduce.Amax):
+    cl_options = ("-DNORM=6",)
+    cl_row_groups = False
+
+
+@opencl("torch.amin")
+class Amin(Reduce, reduce.Amin):
+    cl_options = ("-DNORM=7",)
+    cl_row_groups = False
 
 
 #: cl/reduce.cl's NORM modes for the p that have one of their own; any other finite p is mode 3

@@ -1,6 +1,6 @@
 """The view layers on OpenCL: every layer that changes only the shape (kuiper/layers/reshape.py's ViewLayer:
 Tensor.reshape and view, and torch.squeeze, torch.unsqueeze, torch.flatten and nn.Identity, each in its own
-module there). Input and output are contiguous with the same element order, so forward is one
+module there), and Tensor.reshape_as. Input and output are contiguous with the same element order, so forward is one
 device-to-device copy, or nothing where the fusion pass made the output a view of the input's buffer
 (kuiper/runtime/fusion.py)."""
 
@@ -21,6 +21,11 @@ class OpenCLView(OpenCLLayer):
 
 @opencl("Tensor.reshape", "Tensor.view")
 class Reshape(OpenCLView, reshape.Reshape):
+    pass
+
+
+@opencl("Tensor.reshape_as", "Tensor.view_as")
+class ReshapeAs(OpenCLView, reshape.ReshapeAs):
     pass
 
 

@@ -60,7 +60,10 @@ def fuse(order: list, graph_ends: set, fused_class=FusedLayer, on_device: bool =
             if source.consumers != [op] or source.name in graph_ends:
                 continue
             others = [o for o in op.input_operands if o is not source]
-            group = groups.pop(source.name, None) or _start(source.producer)
+            # an epilogue adds a tensor of the output's own shape: one broadcast to it (TNT's pixel positions,
+            # (1, C, H, W) added to a batch of patches) leaves the sum a layer of its own, in place
+            fits = all(o.shape is not None and o.shape == op.output_operand.shape for o in others)
+            group = (groups.pop(source.name, None) or _start(source.producer)) if fits else None
             if group is not None:
                 _extend(group, op, others)
                 groups[op.output_operand.name] = group

@@ -62,6 +62,21 @@ def test_adaptive_avg_pool_matches_reference(shape, output_size, type):
     np.testing.assert_allclose(out, reference_adaptive(x, *output_size, "avg")[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape, output_size", [((1, 192, 4), 1), ((2, 3, 10), 4), ((3, 7), 9), ((2, 3, 11), 0)])
+def test_adaptive_avg_pool1d_pools_the_last_dim(shape, output_size):
+    # transformers' Swin pools its tokens: `nn.AdaptiveAvgPool1d output_size=(1)` on (N, C, L)
+    from conftest import assert_every_path_matches_reference
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    params = dict(output_size=[output_size])
+    (out,) = make_layer("nn.AdaptiveAvgPool1d", params=params, input_shapes=[shape]).run_numpy(x)
+    expected = reference_adaptive(x[..., None, :], 1, output_size, "avg")[0][..., 0, :]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    assert_every_path_matches_reference("nn.AdaptiveAvgPool1d", x, params=params)
+    with pytest.raises(ShapeError, match=r"expects a non-empty \(C, L\) or \(N, C, L\) input, got \(1, 2, 3, 4\)"):
+        make_layer("nn.AdaptiveAvgPool1d", params=params, input_shapes=[shape]).output_shapes([(1, 2, 3, 4)])
+
+
 @pytest.mark.parametrize("shape, output_size", CASES)
 def test_adaptive_max_pool_matches_reference(shape, output_size):
     x = RNG.standard_normal(shape).astype(np.float32)

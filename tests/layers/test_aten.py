@@ -30,6 +30,42 @@ def test_clamp_with_a_tensor_bound(type, pick, bound_shape):
     assert_every_path_matches_reference(type, x, bound)
 
 
+@pytest.mark.parametrize("shapes", [[(2, 3, 5)] * 4, [(1, 3, 1), (3, 1), (2, 3, 5), ()], [(5,), (2, 3, 1), (3, 5), (1,)]])
+def test_addcmul_is_x_plus_value_times_the_product(shapes):
+    x, t1, t2, value = (randn(*shape) for shape in shapes)
+    (out,) = make_layer("aten::addcmul", input_shapes=shapes).run_numpy(x, t1, t2, value)
+    expected = x.astype(np.float64) + value.astype(np.float64) * t1 * t2.astype(np.float64)
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+    assert_every_path_matches_reference("aten::addcmul", x, t1, t2, value)
+
+
+# ConvNeXt V2's global response norm as pnnx writes it: addcmul's value is a constant `expr=1`, an int64 0-d
+# tensor, which must neither promote the float32 result nor reach a float32 kernel
+CONVNEXT_V2 = """7767517
+6 5
+pnnx.Input               in0          0 1 0 #0=(2,3,4,5)f32
+pnnx.Input               in1          0 1 1 #1=(1,3,1,1)f32
+pnnx.Expression          pnnx_expr_0  0 1 2 expr=2
+aten::addcmul            pnnx_1       4 1 1 1 0 2 3 #1=(1,3,1,1)f32 #1=(1,3,1,1)f32 #0=(2,3,4,5)f32 #3=(2,3,4,5)f32
+pnnx.Expression          pnnx_expr_1  2 1 0 3 4 expr=add(@0,@1) #0=(2,3,4,5)f32 #3=(2,3,4,5)f32 #4=(2,3,4,5)f32
+pnnx.Output              out0         1 0 4
+"""
+
+
+def test_addcmul_with_a_constant_value_on_every_backend(tmp_path):
+    path = tmp_path / "convnext_v2.pnnx.param"
+    path.write_text(CONVNEXT_V2)
+    x, w = randn(2, 3, 4, 5), randn(1, 3, 1, 1)
+    expected = x + (w + 2 * w * x)
+    for backend, device in [("reference", None), ("numpy", None)] + [("opencl", spec) for spec in OPENCL_DEVICES]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # every operator runs on the backend itself: no host fallback
+            graph = kuiper.load(path, backend=backend, **({"device": device} if device else {}))
+            (out,) = graph.forward(x, w)
+        assert out.dtype == np.float32
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg=f"{backend} {device}")
+
+
 def test_clamp_keeps_nans_and_the_input_dtype():
     x = np.array([np.nan, -1.0, 2.0], np.float32)
     for type in ("aten::clamp_min", "aten::clamp_max"):

@@ -309,6 +309,13 @@ def test_sdpa_grouped_query_heads_share_key_heads():
     np.testing.assert_allclose(out, expected_sdpa(q, k, v, mask), rtol=1e-4, atol=1e-5)
 
 
+def test_sdpa_broadcasts_a_single_key_head_without_enable_gqa():
+    # multi-query attention as timm's MobileNetV4 hybrids call it: key and value of one head
+    q, k, v = data(2, 4, 5, 4), data(2, 1, 7, 4), data(2, 1, 7, 3)
+    (out,) = sdpa([q, k, v]).run_numpy(q, k, v)
+    np.testing.assert_allclose(out, expected_sdpa(q, k, v), rtol=1e-4, atol=1e-5)
+
+
 def test_sdpa_row_with_every_key_masked_gives_zeros():
     mask = np.ones((5, 7), bool)
     mask[2] = False
@@ -316,7 +323,7 @@ def test_sdpa_row_with_every_key_masked_gives_zeros():
     assert not out[:, :, 2].any() and np.isfinite(out).all()
 
 
-@pytest.mark.parametrize("case", ["plain", "mask", "bool", "causal", "gqa", "2d", "mask-host"])
+@pytest.mark.parametrize("case", ["plain", "mask", "bool", "causal", "gqa", "mqa", "2d", "mask-host"])
 def test_sdpa_every_path(case):
     inputs, params = list(QKV), {}
     if case == "mask":
@@ -327,6 +334,8 @@ def test_sdpa_every_path(case):
         params = dict(is_causal=True)
     elif case == "gqa":
         inputs, params = [data(2, 6, 5, 4), data(2, 3, 7, 4), data(2, 3, 7, 6)], dict(enable_gqa=True)
+    elif case == "mqa":
+        inputs = [data(2, 6, 5, 4), data(2, 1, 7, 4), data(2, 1, 7, 6)]
     elif case == "2d":
         inputs = [t[0, 0] for t in QKV]
     elif case == "mask-host":  # broadcast over every other leading dim: too many for the kernel, run on the host

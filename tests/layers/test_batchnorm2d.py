@@ -62,3 +62,21 @@ def test_bad_weights():
         make_bn({**good, "weight": np.ones(4, np.float32)})
     with pytest.raises(LayerError, match="running_var"):
         make_bn({**good, "running_var": -np.ones(5, np.float32)})
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 5, 9), (1, 5, 1), (0, 5)])
+def test_batchnorm1d_normalizes_each_channel(shape):
+    # LeViT and RepViT as pnnx writes them: `nn.BatchNorm1d` on (N, C) after a linear layer, or on (N, C, L)
+    from conftest import assert_every_path_matches_reference
+
+    rng = np.random.default_rng(4)
+    attrs = statistics(rng, 5, True)
+    params = dict(num_features=5, eps=1e-3, affine=True)
+    x = (3.0 * rng.standard_normal(shape)).astype(np.float32)
+    layer = make_layer("nn.BatchNorm1d", params=params, attrs=attrs, input_shapes=[shape])
+    expected = batchnorm_reference(x.reshape(*shape, *(1,) * (4 - len(shape))), eps=1e-3, mean=attrs["running_mean"],
+                                   var=attrs["running_var"], weight=attrs["weight"], bias=attrs["bias"])
+    np.testing.assert_allclose(layer.run_numpy(x)[0], expected.reshape(shape), rtol=1e-4, atol=1e-5 * 10)
+    assert_every_path_matches_reference("nn.BatchNorm1d", x, params=params, attrs=attrs, rtol=1e-6)
+    with pytest.raises(ShapeError, match=r"expects input \(N, 5\) or \(N, 5, L\), got \(2, 5, 3, 3\)"):
+        layer.output_shapes([(2, 5, 3, 3)])

@@ -44,7 +44,7 @@ def make_conv(rng, in_channels, out_channels, kernel_size, stride=1, padding=0, 
     weight = rng.standard_normal((out_channels, in_channels // groups, kh, kw)).astype(np.float32)
     b = rng.standard_normal(out_channels).astype(np.float32) if bias else None
     params = dict(in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size, stride=stride,
-                  padding=padding, dilation=dilation, groups=groups, bias=bias, padding_mode="zeros", **extra)
+                  padding=padding, dilation=dilation, groups=groups, bias=bias, padding_mode="zeros") | extra
     attrs = {"weight": weight} if b is None else {"weight": weight, "bias": b}
     return make_layer("nn.Conv2d", backend=backend, params=params, attrs=attrs, input_shapes=[input_shape]), weight, b
 
@@ -152,8 +152,43 @@ def test_input_smaller_than_kernel():
         layer.output_shapes([(1, 3, 6, 20)])
 
 
+NUMPY_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("case", [
+    dict(in_channels=4, out_channels=4, kernel_size=3, stride=2, padding=1, groups=4, input_shape=(2, 4, 8, 8)),
+    dict(in_channels=3, out_channels=5, kernel_size=(3, 2), padding=(2, 1), dilation=(1, 2), input_shape=(1, 3, 6, 7)),
+    dict(in_channels=3, out_channels=6, kernel_size=3, padding=1, input_shape=(1, 3, 9, 9)),
+], ids=["tresnet-blur", "dilated", "3x3"])
+def test_padding_modes_pad_the_input_first(mode, case):
+    # TResNet as pnnx writes it: its F.pad(mode="reflect") folded into the blur as `padding_mode=reflect`
+    from conftest import assert_every_path_matches_reference
+
+    rng = np.random.default_rng(8)
+    layer, weight, bias = make_conv(rng, **case, padding_mode=mode)
+    x = rng.standard_normal(case["input_shape"]).astype(np.float32)
+    pads = torch_pads(case["padding"], case["kernel_size"], case.get("dilation", 1))
+    padded = np.pad(x, ((0, 0), (0, 0), *pads), mode=NUMPY_PAD_MODES[mode])
+    expected = conv2d_reference(padded, weight, bias, pair(case.get("stride", 1)), ((0, 0), (0, 0)),
+                                pair(case.get("dilation", 1)), case.get("groups", 1))
+    assert layer.output_shapes([x.shape]) == [expected.shape]
+    assert_matches(layer.run_numpy(x)[0], expected)
+    params = {key: value for key, value in layer.op.params.items()}
+    assert_every_path_matches_reference("nn.Conv2d", x, params={k: v.value for k, v in params.items()},
+                                        attrs={k: v.numpy() for k, v in layer.op.attrs.items()})
+
+
+def test_reflect_padding_refuses_pads_as_large_as_the_input():
+    layer, _, _ = make_conv(np.random.default_rng(9), 2, 2, 3, padding=2, padding_mode="reflect",
+                            input_shape=(1, 2, 5, 5))
+    with pytest.raises(ShapeError, match=r"padding_mode=reflect cannot pad dim -2 of a \(1, 2, 2, 5\) input by "
+                                         r"\(2, 2\)"):
+        layer.output_shapes([(1, 2, 2, 5)])
+
+
 @pytest.mark.parametrize("change, message", [
-    (dict(padding_mode="reflect"), "padding_mode"),
+    (dict(padding_mode="symmetric"), "padding_mode"),
     (dict(padding="full"), "padding"),
     (dict(padding="same", stride=2), "same"),
     (dict(groups=2), "divisible by groups"),

@@ -107,6 +107,30 @@ def test_pads_every_element_size(dtype, mode):
           np.pad(x, pairs((1, 2, 3, 0), 4), mode=NUMPY_MODES[mode], **extra))
 
 
+@pytest.mark.parametrize("type, params, shape, expected_mode, extra", [
+    ("nn.ConstantPad2d", dict(padding=(1, 2, 0, 3), value=-2.5), SHAPE, "constant", {"constant_values": -2.5}),
+    ("nn.ZeroPad2d", dict(padding=(2, 1, 1, 0)), SHAPE, "constant", {}),
+    ("nn.ConstantPad1d", dict(padding=2, value=0.0), (2, 6, 5), "constant", {}),  # one number: both sides
+    ("nn.ReflectionPad2d", dict(padding=(1, 2, 3, 0)), SHAPE, "reflect", {}),
+    ("nn.ReplicationPad1d", dict(padding=(3, 1)), (2, 6, 5), "edge", {}),
+    ("nn.CircularPad3d", dict(padding=(1, 0, 0, 1, 1, 1)), SHAPE, "wrap", {}),
+])
+def test_padding_modules_pad_as_their_mode(type, params, shape, expected_mode, extra):
+    # pnnx keeps some padding modules whole (timm's BiT stem: `nn.ConstantPad2d padding=(1,1,1,1) value=0.0`)
+    x = rand(*shape)
+    dims = int(type[-2])
+    given = params["padding"] if isinstance(params["padding"], tuple) else (params["padding"],) * 2 * dims
+    expected = np.pad(x, pairs(given, x.ndim), mode=expected_mode, **extra)
+    np.testing.assert_array_equal(make_layer(type, params=params, input_shapes=[shape]).run_numpy(x)[0], expected)
+    assert_every_path_matches_reference(type, x, rtol=0, params=params)
+
+
+def test_padding_modules_refuse_a_wrong_count():
+    refused(LayerError, "nn.ZeroPad2d", dict(padding=(1, 1)), shapes=(SHAPE,), match="'padding' must have 4 values")
+    refused(LayerError, "nn.ReflectionPad2d", dict(padding=1, value=0.0), shapes=(SHAPE,),
+            match="value=0.0 means nothing in mode reflect")
+
+
 @pytest.mark.parametrize("params, shape, error, match", [
     (dict(mode="constant", pad=(1, 2, 3)), SHAPE, LayerError, "must hold a (before, after) pair per dim"),
     (dict(mode="symmetric", pad=(1, 1)), SHAPE, LayerError, "'mode'=symmetric is not supported"),

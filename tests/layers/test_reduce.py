@@ -35,6 +35,23 @@ def test_matches_reference(kind, dims, keepdim):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dims, keepdim", [(None, False), ((1,), False), ((-1, 1), True), ((0, 2, 3), False)])
+@pytest.mark.parametrize("kind, pick", [("amax", max), ("amin", min)])
+def test_amax_and_amin_pick_the_extreme_of_the_reduced_elements(kind, pick, dims, keepdim):
+    x = RNG.standard_normal((3, 4, 5, 2)).astype(np.float32)
+    params = {"keepdim": keepdim} if dims is None else {"dim": list(dims), "keepdim": keepdim}
+    (out,) = make_layer(f"torch.{kind}", params=params, input_shapes=[x.shape]).run_numpy(x)
+    reduced = set(range(4)) if dims is None else {d % 4 for d in dims}
+    cells = {}
+    for index in np.ndindex(x.shape):
+        key = tuple(i for a, i in enumerate(index) if a not in reduced)
+        cells[key] = pick(cells.get(key, x[index]), x[index])
+    expected = np.array([cells[key] for key in sorted(cells)], np.float32).reshape(
+        [1 if a in reduced else n for a, n in enumerate(x.shape)] if keepdim else
+        [n for a, n in enumerate(x.shape) if a not in reduced])
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_dim_as_a_single_int_and_defaults():
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     (out,) = make_layer("torch.mean", params=dict(dim=-2), input_shapes=[x.shape]).run_numpy(x)

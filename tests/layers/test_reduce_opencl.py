@@ -1,4 +1,4 @@
-"""torch.sum / torch.mean on OpenCL (cl/reduce.cl) against their numpy forward, on every device, with both
+"""torch.sum / torch.mean / torch.amax / torch.amin on OpenCL (cl/reduce.cl) against their numpy forward, on every device, with both
 the one-per-output and the work-group kernel (`cl_paths`): any set of dims, negative ones, keepdim both ways,
 batch 1 and 3, all through one program."""
 
@@ -20,7 +20,7 @@ def reduction(kind, dims, keepdim, shape):
 
 
 @pytest.mark.parametrize("keepdim", [False, True])
-@pytest.mark.parametrize("kind", ["sum", "mean"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "amax", "amin"])
 @pytest.mark.parametrize("shape", [(1, 5, 7, 13), (3, 6, 5, 7), (3, 1, 13, 1), (3, 2, 9, 11)])
 def test_every_set_of_dims_matches_numpy(cl_paths, shape, kind, keepdim):
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -62,12 +62,13 @@ def test_infinities_and_nan_follow_numpy(cl_paths):
     x[0, 3] = np.inf
     x[1, [2, 5]] = [np.inf, -np.inf]
     x[2, 8] = np.nan
-    layer = reduction("sum", (1,), False, x.shape)
-    with np.errstate(invalid="ignore"):
-        (expected,) = layer.run_numpy(x)
-    (got,) = layer.run_opencl(cl_paths, x)
-    np.testing.assert_array_equal(got, expected)
-    assert_fp16_close(layer, cl_paths, x, expected)
+    for kind in ("sum", "amax", "amin"):  # the extremes keep a NaN too, as numpy's do
+        layer = reduction(kind, (1,), False, x.shape)
+        with np.errstate(invalid="ignore"):
+            (expected,) = layer.run_numpy(x)
+        (got,) = layer.run_opencl(cl_paths, x)
+        np.testing.assert_array_equal(got, expected)
+        assert_fp16_close(layer, cl_paths, x, expected)
 
 
 def test_integer_sums_stay_on_the_host():

@@ -83,6 +83,19 @@ def test_reshape_merging_the_batch_is_ambiguous_at_another_batch():
     assert str(RECORDED) in message and str((3, 6, 5, 7)) in message
 
 
+@pytest.mark.parametrize("shape, other", [((64, 256), (1, 64, 256)), ((2, 6, 5, 7), (12, 35))])
+def test_reshape_as_takes_the_other_inputs_shape(shape, other):
+    # LeViT as pnnx writes it: `Tensor.reshape_as 2 1 12 10 13 $input=12 $other=10`
+    from conftest import assert_every_path_matches_reference
+
+    x, y = rand(*shape), rand(*other)
+    reshape_as = layer("Tensor.reshape_as", recorded=(shape, other))
+    check(reshape_as.run_numpy(x, y), [x.reshape(other)])
+    assert_every_path_matches_reference("Tensor.reshape_as", x, y, rtol=0)
+    with pytest.raises(ShapeError, match=r"cannot reshape a \(64, 256\) input as the \(1, 64, 255\) one"):
+        layer("Tensor.reshape_as", recorded=((64, 256), (1, 64, 255))).output_shapes([(64, 256), (1, 64, 255)])
+
+
 def test_reshape_to_a_size_that_does_not_fit_raises():
     with pytest.raises(ShapeError):
         layer("Tensor.reshape", {"shape": (2, -1, 4)}).output_shapes([RECORDED])
@@ -275,10 +288,23 @@ def test_tensor_split_indices(indices):
     check(split.run_numpy(x), np.split(x, indices, axis=1))
 
 
+@pytest.mark.parametrize("indices, cuts", [((-1,), (5,)), ((2, -1), (2, 5)), ((-4, -2), (2, 4)), ((-9,), (0,))])
+def test_tensor_split_negative_indices_count_from_the_end(indices, cuts):
+    x = rand(3, 6, 5, 7)
+    split = layer("torch.tensor_split", {"indices": indices, "dim": 1}, outputs=len(indices) + 1)
+    check(split.run_numpy(x), np.split(x, cuts, axis=1))
+
+
 @pytest.mark.parametrize("params", [{"indices": (4, 1)}, {"indices": (-1, 2)}, {"sections": 0}, {}])
 def test_tensor_split_bad_params(params):
     with pytest.raises(LayerError):
         layer("torch.tensor_split", params, outputs=3)
+
+
+def test_tensor_split_refuses_cuts_out_of_order_at_the_size_given():
+    split = layer("torch.tensor_split", {"indices": (4, -3), "dim": 1}, outputs=3)
+    with pytest.raises(ShapeError, match=r"indices=\(4, -3\) cut a dim of 6 out of order, at \[4, 3\]"):
+        split.output_shapes([(3, 6, 5, 7)])
 
 
 # ---- squeeze, unsqueeze, identity -------------------------------------------------------------------------

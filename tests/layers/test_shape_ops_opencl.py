@@ -168,7 +168,7 @@ def test_tensor_split_sections(cl_runtime, batch, sections, dim):
           rand(batch, 6, 5, 7))
 
 
-@pytest.mark.parametrize("indices", [(1, 4), (0, 3, 3), (2, 9)])  # empty pieces included
+@pytest.mark.parametrize("indices", [(1, 4), (0, 3, 3), (2, 9), (2, -1)])  # empty pieces, from the end
 def test_tensor_split_indices(cl_runtime, indices):
     split = layer("torch.tensor_split", {"indices": indices, "dim": 1}, outputs=len(indices) + 1)
     check(cl_runtime, split, rand(3, 6, 5, 7))

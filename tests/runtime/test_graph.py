@@ -243,6 +243,31 @@ def test_opencl_graphs_work_in_place_without_fusing(tmp_path, cl_runtime):
         np.testing.assert_allclose(g.forward(x)[0], in_place_reference(x), rtol=1e-6)
 
 
+# TNT's pixel embedding: a convolution over a batch of patches, plus positions of batch 1 broadcast to them
+BROADCAST_SUM = """7767517
+6 5
+pnnx.Input               in0     0 1 x #x=(4,2,5,5)f32
+pnnx.Input               in1     0 1 p #p=(1,3,5,5)f32
+nn.Conv2d                conv    1 1 x y bias=True dilation=(1,1) groups=1 in_channels=2 kernel_size=(3,3) out_channels=3 padding=(1,1) padding_mode=zeros stride=(1,1) @bias=(3)f32 @weight=(3,2,3,3)f32 #x=(4,2,5,5)f32 #y=(4,3,5,5)f32
+pnnx.Expression          add     2 1 y p z expr=add(@0,@1) #y=(4,3,5,5)f32 #p=(1,3,5,5)f32 #z=(4,3,5,5)f32
+nn.ReLU                  relu    1 1 z r #z=(4,3,5,5)f32 #r=(4,3,5,5)f32
+pnnx.Output              out     1 0 r
+"""
+
+
+def test_a_sum_broadcasting_its_other_input_is_not_fused(tmp_path):
+    rng = np.random.default_rng(5)
+    weight, bias = rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
+    path = write_model(tmp_path, "broadcast_sum", BROADCAST_SUM, {"conv.weight": weight, "conv.bias": bias})
+    x, positions = rng.standard_normal((4, 2, 5, 5), dtype=np.float32), rng.standard_normal((1, 3, 5, 5),
+                                                                                            dtype=np.float32)
+    expected = kuiper.load(path, backend="reference").forward(x, positions)[0]
+    g = kuiper.load(path)
+    assert fused_ops(g) == {} and aliases(g) == {"z": "y"}  # the sum works in place, on its own (so does the
+    # ReLU, but the graph returns its output)
+    np.testing.assert_allclose(g.forward(x, positions)[0], expected, rtol=1e-5, atol=1e-5)
+
+
 # views (runtime/fusion.py): v1 and v2 are their input's only readers; h then clamps d in place, so e, d, c share
 # c's buffer. flatten f reads the caller's array, v3's input e is read by cat too, v4 and r3 write graph outputs
 VIEWS = """7767517
