@@ -20,6 +20,7 @@ from kuiper.layers import (  # noqa: F401
     conv2d,
     conv_transpose2d,
     linear,
+    int8_linear,
     matmul,
     batchnorm2d,
     layer_norm,
