@@ -29,6 +29,7 @@ from kuiper.core.errors import CheckpointError, ConfigError, InputError, MemoryL
 from kuiper.layers.cached_attention import CachedAttention
 from kuiper.llm.config import generation_eos, read_config
 from kuiper.llm.decoder import decoder_param
+from kuiper.llm.quantize import QuantizedWeights, check_scheme
 from kuiper.llm.sampling import SamplingOptions, next_token
 from kuiper.llm.streaming import TextStream
 from kuiper.llm.tokenizer import Tokenizer
@@ -64,15 +65,18 @@ class Timings:
 
 
 def load(path, backend: str = "numpy", device: str | None = None, precision: str = "fp32", context: int | None = None,
-         memory_limit=None) -> "LanguageModel":
+         memory_limit=None, quantize: str | None = None) -> "LanguageModel":
     """Load a Hugging Face checkpoint directory (config.json, model.safetensors or shards, tokenizer.json).
     context: the positions the KV cache holds (default: the model's max_position_embeddings, at most
-    DEFAULT_CONTEXT); memory_limit: as RuntimeGraph's."""
-    return LanguageModel(path, backend, device, precision, context, memory_limit)
+    DEFAULT_CONTEXT); memory_limit: as RuntimeGraph's; quantize="int8": every Linear's weights int8 with a scale
+    per 32 inputs, quantized as the model loads (quantize.py)."""
+    return LanguageModel(path, backend, device, precision, context, memory_limit, quantize)
 
 
 class LanguageModel:
-    def __init__(self, path, backend="numpy", device=None, precision="fp32", context=None, memory_limit=None):
+    def __init__(self, path, backend="numpy", device=None, precision="fp32", context=None, memory_limit=None,
+                 quantize=None):
+        self.quantize = check_scheme(quantize)
         self.directory = Path(path)
         if not self.directory.is_dir():
             raise CheckpointError(f"{self.directory}: not a directory (a Hugging Face model directory holds "
@@ -87,10 +91,10 @@ class LanguageModel:
         self.eos_token_ids = frozenset(eos if eos is not None else config.eos_token_ids or
                                        self.tokenizer.eos_token_ids)
         self.context = self._context(context)
-        self.param_text = decoder_param(config, self.context, lambda name: self.weights.entry(name).dtype)
+        self.param_text = decoder_param(config, self.context, lambda name: self.weights.entry(name).dtype, quantize)
         self.graph = RuntimeGraph(self.directory / "decoder.pnnx.param", backend=backend, device=device,
                                   precision=precision, memory_limit=memory_limit, text=self.param_text,
-                                  weights=self.weights).init()
+                                  weights=QuantizedWeights(self.weights) if quantize else self.weights).init()
         self._check_memory()
         self.graph.build()
         self.attention = [op.layer for op in self.graph.order if isinstance(op.layer, CachedAttention)]
@@ -113,14 +117,16 @@ class LanguageModel:
         return sum(int(np.prod(self.weights.entry(name).shape)) for name in expected_tensors(self.config))
 
     def _check_memory(self) -> None:
-        """The weights as the layers hold them (float32) and the KV cache, against the memory limit, before
-        building the graph allocates either."""
-        weights = sum(int(np.prod(a.shape)) * 4 for op in self.graph.operators for a in op.attrs.values())
+        """The weights as the layers hold them (float32, int8 where quantized) and the KV cache, against the memory
+        limit, before building the graph allocates either."""
+        weights = sum(int(np.prod(a.shape)) * (1 if a.dtype == "i8" else 4)
+                      for op in self.graph.operators for a in op.attrs.values())
         cache = self.config.kv_cache_bytes_per_token() * self.context
         needed, limit = weights + cache, self.graph.memory_limit
         if needed > limit:
             raise MemoryLimitError(
-                f"{self.config.path}: the weights in float32 ({memory.format_bytes(weights)}) and a KV cache of "
+                f"{self.config.path}: the weights in {'int8 and float32' if self.quantize else 'float32'} "
+                f"({memory.format_bytes(weights)}) and a KV cache of "
                 f"{self.context} positions ({memory.format_bytes(cache)}) need {memory.format_bytes(needed)}, over "
                 f"the memory limit of {memory.format_bytes(limit)} (memory_limit=, {memory.ENV}; context= shrinks "
                 f"the cache)")
