@@ -1,68 +1,109 @@
 // Int8Linear (kuiper/opencl/int8_linear.py): y = x @ (q * scale)^T + bias, with int8 weights q (out, in) and one
-// scale per group of `group` consecutive inputs of a row (the last group of a row may be shorter).
+// scale per group of GROUP consecutive inputs of a row (the last group of a row may be shorter).
 //
-// One work-item per output feature n and block of up to TOKENS rows of x: it walks row n of q once, eight int8
-// values at a time, widens them to float and applies the group's scale in registers, and multiplies them into
-// every one of its rows of x. Decoding one token is then a stream over q, a byte per weight. Vectors are built
-// from scalar loads (as store.h's LOAD8), which the compilers merge into vector loads: PoCL's vload16 and
-// convert_float16 return float16 through a call whose ABI differs from the kernel's on AVX-512 targets.
+// A work-item computes ROWS output features for TOKENS rows of x: it walks its rows of q once, eight int8 values
+// at a time, widens them to float in registers, and multiplies each into all its TOKENS rows of x, so that a
+// weight is widened once per TOKENS tokens and an element of x loaded once per ROWS features. Decoding one token
+// (ROWS = TOKENS = 1) is a stream over q, a byte per weight. The host launches whole blocks of TOKENS rows, then
+// the rows left over one at a time (TOKENS = 1, from `first`): the loop has no bounds check inside. Output
+// features past out_features read the last row again and store nothing.
+//
+// float8, not float16: PoCL returns a float16 from vload16 and convert_float16 through calls whose ABI differs
+// from the kernel's where it targets no AVX-512.
 
 #include "store.h"
 #include "lanes.h"
 
-#ifndef TOKENS
-#define TOKENS 4
+#ifdef KUIPER_HALF
+#define LOADX8(p, i) vload_half8(0, (p) + (i))
+#else
+#define LOADX8(p, i) vload8(0, (p) + (i))
 #endif
-
-// eight int8 weights from element i, widened to float
-#define WEIGHT8(p, i) (float8)((p)[(i)], (p)[(i) + 1], (p)[(i) + 2], (p)[(i) + 3], (p)[(i) + 4], (p)[(i) + 5], \
-                               (p)[(i) + 6], (p)[(i) + 7])
 
 __kernel OWN_LANES void int8_linear(__global store_t* restrict y, __global const store_t* restrict x,
                                     __global const char* restrict q, __global const store_t* restrict scales,
-                                    __global const store_t* restrict bias, const int has_bias, const int tokens,
-                                    const int in_features, const int out_features, const int group,
-                                    const int groups) {
-    const int n = get_global_id(0);
-    const int first = get_global_id(1) * TOKENS;
-    if (n >= out_features || first >= tokens) {
-        return;
-    }
-    const int rows = min(TOKENS, tokens - first);
-    const long row = (long)n * in_features;
-    float8 acc[TOKENS];
-    float rest[TOKENS];
+                                    __global const store_t* restrict bias, const int has_bias, const int first,
+                                    const int in_features, const int out_features, const int groups) {
+    const int n0 = get_global_id(0) * ROWS;
+    const int m0 = first + get_global_id(1) * TOKENS;
+    long row[ROWS];     // where each of its rows of q begins
+    long scale[ROWS];   // ... and its scales
     #pragma unroll
-    for (int t = 0; t < TOKENS; ++t) {
-        acc[t] = (float8)(0.0f);
-        rest[t] = 0.0f;
+    for (int r = 0; r < ROWS; ++r) {
+        const long n = min(n0 + r, out_features - 1);
+        row[r] = n * in_features;
+        scale[r] = n * groups;
     }
-    for (int g = 0; g < groups; ++g) {
-        const float s = LOAD(scales, (long)n * groups + g);
-        const int begin = g * group;
-        const int end = min(begin + group, in_features);
-        int k = begin;
-        for (; k + 8 <= end; k += 8) {
-            const float8 w = WEIGHT8(q, row + k) * s;
+    float8 acc[ROWS][TOKENS];
+    float rest[ROWS][TOKENS];
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        #pragma unroll
+        for (int t = 0; t < TOKENS; ++t) {
+            acc[r][t] = (float8)(0.0f);
+            rest[r][t] = 0.0f;
+        }
+    }
+    const int whole = in_features / GROUP;  // groups of GROUP; a shorter one may follow
+    for (int g = 0; g < whole; ++g) {
+        const int begin = g * GROUP;
+        float8 part[ROWS][TOKENS];
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
             #pragma unroll
             for (int t = 0; t < TOKENS; ++t) {
-                if (t < rows) {
-                    acc[t] += LOAD8(x, (long)(first + t) * in_features + k) * w;
+                part[r][t] = (float8)(0.0f);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < GROUP; c += 8) {
+            float8 xs[TOKENS];
+            #pragma unroll
+            for (int t = 0; t < TOKENS; ++t) {
+                xs[t] = LOADX8(x, (long)(m0 + t) * in_features + begin + c);
+            }
+            #pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                const float8 w = convert_float8(vload8(0, q + row[r] + begin + c));
+                #pragma unroll
+                for (int t = 0; t < TOKENS; ++t) {
+                    part[r][t] += xs[t] * w;
                 }
             }
         }
-        for (; k < end; ++k) {  // a group's ragged end
-            const float w = (float)q[row + k] * s;
-            for (int t = 0; t < rows; ++t) {
-                rest[t] += LOAD(x, (long)(first + t) * in_features + k) * w;
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const float s = LOAD(scales, scale[r] + g);
+            #pragma unroll
+            for (int t = 0; t < TOKENS; ++t) {
+                acc[r][t] += part[r][t] * s;
             }
         }
     }
-    const float b = has_bias ? LOAD(bias, n) : 0.0f;
-    for (int t = 0; t < rows; ++t) {
-        const float8 h = acc[t];
-        const float4 f = h.lo + h.hi;
-        const float2 d = f.lo + f.hi;
-        STORE(y, (long)(first + t) * out_features + n, (d.x + d.y) + rest[t] + b);
+    if (whole < groups) {  // the last group, shorter than GROUP
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const float s = LOAD(scales, scale[r] + whole);
+            for (int j = whole * GROUP; j < in_features; ++j) {
+                const float w = (float)q[row[r] + j] * s;
+                #pragma unroll
+                for (int t = 0; t < TOKENS; ++t) {
+                    rest[r][t] += LOAD(x, (long)(m0 + t) * in_features + j) * w;
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const int n = n0 + r;
+        if (n < out_features) {
+            const float b = has_bias ? LOAD(bias, n) : 0.0f;
+            #pragma unroll
+            for (int t = 0; t < TOKENS; ++t) {
+                const float4 f = acc[r][t].lo + acc[r][t].hi;
+                const float2 d = f.lo + f.hi;
+                STORE(y, (long)(m0 + t) * out_features + n, (d.x + d.y) + rest[r][t] + b);
+            }
+        }
     }
 }
