@@ -36,8 +36,8 @@ def quantize(weight: np.ndarray, group: int = GROUP) -> tuple:
     blocks = padded.reshape(out, count, group)
     scales = np.abs(blocks).max(axis=2) / QMAX
     # an all-zero group has scale 0: its q is 0 rather than 0 / 0
-    inverse = np.divide(1.0, scales, out=np.zeros_like(scales), where=scales > 0)
-    q = np.rint(blocks * inverse[:, :, None]).clip(-QMAX, QMAX).astype(np.int8)
+    ratios = np.divide(blocks, scales[:, :, None], out=np.zeros_like(blocks), where=scales[:, :, None] > 0)
+    q = np.rint(ratios).clip(-QMAX, QMAX).astype(np.int8)
     return q.reshape(out, count * group)[:, :inp].copy(), scales.astype(np.float32)
 
 
