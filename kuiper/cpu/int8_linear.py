@@ -43,8 +43,7 @@ class Int8Linear(KeepsScratch, int8_linear.Int8Linear):
         return 4 * threads.num_threads() * per_thread
 
     def forward_numpy(self, inputs, outputs):
-        x = inputs[0].reshape(-1, self.in_features)
-        out = outputs[0].reshape(-1, self.out_features)
+        x, out = self.rows(inputs[0], outputs[0])
         tokens, g = len(x), self.group_size
         many = tokens >= MANY_TOKENS
         if not many:  # the tokens by group, zero past in_features: (groups, GROUP, tokens)
@@ -70,5 +69,4 @@ class Int8Linear(KeepsScratch, int8_linear.Int8Linear):
                 out[:, top:top + rows] = sums.T
 
         threads.parallel(part, self.out_features, grain=ROWS)
-        if self.bias is not None:
-            out += self.bias
+        self.add_bias(out)

@@ -12,7 +12,7 @@ This numpy forward is the reference: it widens the whole matrix to float32 on ev
 
 import numpy as np
 
-from kuiper.layers.base import Layer
+from kuiper.layers.linear import Features
 from kuiper.layers.registry import register
 
 #: inputs per scale, as llama.cpp's Q8_0
@@ -48,18 +48,16 @@ def dequantize(q: np.ndarray, scales: np.ndarray, group: int = GROUP) -> np.ndar
 
 
 @register("kuiper.Int8Linear")
-class Int8Linear(Layer):
+class Int8Linear(Features):
     def __init__(self, op):
         super().__init__(op)
-        self.in_features = self.int_param("in_features")
-        self.out_features = self.int_param("out_features")
         self.group_size = self.int_param("group_size", GROUP)
         if min(self.in_features, self.out_features, self.group_size) < 1:
             raise self.error(f"in_features={self.in_features}, out_features={self.out_features} and "
                              f"group_size={self.group_size} must be >= 1")
         self.qweight = self.int8_weight("qweight", (self.out_features, self.in_features))
         self.scales = self.weight("scales", (self.out_features, groups(self.in_features, self.group_size)))
-        self.bias = self.weight("bias", (self.out_features,)) if self.bool_param("bias", True) else None
+        self.bias = self.read_bias()
 
     def int8_weight(self, key: str, shape: tuple) -> np.ndarray:
         """Attribute `key` as it is stored, which must be int8 of this shape."""
@@ -74,17 +72,7 @@ class Int8Linear(Layer):
     def dequantized(self) -> np.ndarray:
         return dequantize(self.qweight, self.scales, self.group_size)
 
-    def output_shapes(self, input_shapes):
-        shape = tuple(input_shapes[0])
-        if len(shape) < 1 or shape[-1] != self.in_features:
-            raise self.shape_error(f"expects input (..., {self.in_features}), got {shape}")
-        return [shape[:-1] + (self.out_features,)]
-
-    def macs(self, input_shapes, output_shapes):
-        return int(np.prod(output_shapes[0], dtype=np.int64)) * self.in_features
-
     def forward_numpy(self, inputs, outputs):
-        out = outputs[0].reshape(-1, self.out_features)
-        np.matmul(inputs[0].reshape(-1, self.in_features), self.dequantized().T, out=out)
-        if self.bias is not None:
-            out += self.bias
+        x, out = self.rows(inputs[0], outputs[0])
+        np.matmul(x, self.dequantized().T, out=out)
+        self.add_bias(out)

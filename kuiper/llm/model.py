@@ -98,6 +98,7 @@ class LanguageModel:
         self._check_memory()
         self.graph.build()
         self.attention = [op.layer for op in self.graph.order if isinstance(op.layer, CachedAttention)]
+        self._head = next(op.layer for op in self.graph.order if op.name == "lm_head")
         self.last_timings = Timings()
 
     def _context(self, context) -> int:
@@ -174,7 +175,7 @@ class LanguageModel:
         timings = self.last_timings = Timings()
         self.reset()
         started = time.perf_counter()
-        logits = self.forward(ids, 0)[-1]
+        logits = self._last_logits(ids)
         timings.prefill_tokens, timings.prefill_seconds = len(ids), time.perf_counter() - started
         position = len(ids)
         for count in range(1, max_new_tokens + 1):
@@ -189,6 +190,14 @@ class LanguageModel:
             timings.decode_tokens += 1
             timings.decode_seconds += time.perf_counter() - started
             position += 1
+
+    def _last_logits(self, ids) -> np.ndarray:
+        """The prefill's last row of logits, the only one generation reads: lm_head computes that row alone."""
+        self._head.last_row_only = True
+        try:
+            return self.forward(ids, 0)[-1]
+        finally:
+            self._head.last_row_only = False
 
     def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  seed: int | None = None) -> list:

@@ -40,10 +40,11 @@ class Int8Linear(OpenCLLayer, int8_linear.Int8Linear):
         y = outputs[0]
         tokens = y.size // self.out_features
         rows, per = BLOCK
-        whole = tokens - tokens % per
+        whole = 0 if self.last_row_only else tokens - tokens % per
+        first = tokens - 1 if self.last_row_only else whole
         args = (y.buffer, inputs[0].buffer, self.cl_q, self.cl_scales, self.cl_bias, int(self.bias is not None))
         sizes = (self.in_features, self.out_features, len(self.scales[0]))
         if whole:
             q.run(self.cl_block, (-(-self.out_features // rows), whole // per), None, *args, 0, *sizes)
-        if tokens > whole:
-            q.run(self.cl_one, (self.out_features, tokens - whole), None, *args, whole, *sizes)
+        if tokens > first:
+            q.run(self.cl_one, (self.out_features, tokens - first), None, *args, first, *sizes)
