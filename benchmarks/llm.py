@@ -10,7 +10,7 @@ eager, float32) and llama.cpp through llama-cpp-python (`-f32` and `-q8_0`: the 
 tools/make_gguf.py writes into --gguf-dir, named <model dir name>-f32.gguf and -q8_0.gguf).
 
 Every engine runs in a fresh process of its own, all of them in turn, --rounds times (benchmarks/processes.py),
-on --threads threads. Each process loads the checkpoint, runs one untimed greedy generation, then a timed one: the
+on --threads threads (kuiper's and BLAS's, torch's, llama.cpp's; an OpenCL device runs on every core it has). Each process loads the checkpoint, runs one untimed greedy generation, then a timed one: the
 prefill of --prompt-tokens ids as one forward, then --new-tokens - 1 decode steps, one token each. The prompt is
 the same seeded ids for every engine. Per engine: the medians over rounds, and the median over rounds of its
 ratio to --baseline's figure of the same round (rounds interleave engines, so that a slower spell of a shared
@@ -122,9 +122,12 @@ def run_engine(engine: str, args) -> dict:
     from kuiper.cpu.blas import restart_if_misread
 
     restart_if_misread()  # AVX-512 kernels where numpy's OpenBLAS does not know the CPU (kuiper/cpu/blas.py)
+    from threadpoolctl import threadpool_limits
+
     import kuiper
 
     kuiper.set_num_threads(args.threads)
+    threadpool_limits(args.threads, user_api="blas")  # with one thread kuiper leaves BLAS as it is configured
     backend, _, quantize = engine.partition("-")
     lm = kuiper.llm.load(args.model, backend=backend, device=args.device, quantize=quantize or None,
                          context=args.prompt_tokens + args.new_tokens)
@@ -190,14 +193,17 @@ def run_llama_cpp(args, kind: str) -> dict:
     llm = Llama(str(path), n_ctx=context, n_batch=context, n_ubatch=context, n_threads=args.threads,
                 n_threads_batch=args.threads, verbose=False)
 
+    def last_logits():  # the batch's last token's row, the one llama-cpp-python asks logits for
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+
     def prefill(ids):
         llm.reset()
         llm.eval(ids)
-        return np.asarray(llm.scores[llm.n_tokens - 1])
+        return last_logits()
 
     def step(token):
         llm.eval([token])
-        return np.asarray(llm.scores[llm.n_tokens - 1])
+        return last_logits()
 
     ids = prompt_ids(llm.n_vocab(), args.prompt_tokens)
     timed_greedy(prefill, step, ids, args.new_tokens)  # warm-up
