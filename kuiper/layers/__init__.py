@@ -22,6 +22,7 @@ from kuiper.layers import (  # noqa: F401
     unfold,
     conv_transpose2d,
     linear,
+    int8_linear,
     matmul,
     batchnorm2d,
     layer_norm,

@@ -2,6 +2,11 @@
 
 This numpy forward is the reference; the numpy backend shares its GEMM over kuiper's threads
 (kuiper/cpu/linear.py), and the OpenCL backend runs it as one GEMM kernel (kuiper/opencl/linear.py).
+`Features` holds what Linear shares with Int8Linear (kuiper/layers/int8_linear.py), whose weights are int8.
+
+A language model needs only the last position's logits to choose the next token: while its `last_row_only` is
+set, a layer computes the last row of its output alone and leaves the others as they were (kuiper/llm/model.py
+sets it on lm_head for a prefill that generates).
 """
 
 import numpy as np
@@ -10,18 +15,19 @@ from kuiper.layers.base import Layer
 from kuiper.layers.registry import register
 
 
-@register("nn.Linear")
-class Linear(Layer):
+class Features(Layer):
+    """A product over the last axis, in_features to out_features, with an optional bias."""
+
+    #: compute the last row of the output alone (see the module docstring)
+    last_row_only = False
+
     def __init__(self, op):
         super().__init__(op)
         self.in_features = self.int_param("in_features")
         self.out_features = self.int_param("out_features")
-        if self.in_features < 1 or self.out_features < 1:
-            raise self.error(f"in_features={self.in_features} and out_features={self.out_features} must be >= 1")
-        weight = self.weight("weight", (self.out_features, self.in_features))
-        # stored as W^T (in, out), contiguous, so forward is a plain row-major (M, in) @ (in, out) GEMM
-        self.weight_t = np.ascontiguousarray(weight.T)
-        self.bias = self.weight("bias", (self.out_features,)) if self.bool_param("bias", True) else None
+
+    def read_bias(self):
+        return self.weight("bias", (self.out_features,)) if self.bool_param("bias", True) else None
 
     def output_shapes(self, input_shapes):
         shape = tuple(input_shapes[0])
@@ -32,13 +38,29 @@ class Linear(Layer):
     def macs(self, input_shapes, output_shapes):
         return int(np.prod(output_shapes[0], dtype=np.int64)) * self.in_features
 
-    def forward_numpy(self, inputs, outputs):
-        # every leading axis folds into the GEMM's rows: (..., in) -> (M, in), a view of the contiguous arrays
-        out = outputs[0].reshape(-1, self.out_features)
-        np.matmul(inputs[0].reshape(-1, self.in_features), self.weight_t, out=out)
-        self.add_bias(out)
+    def rows(self, x: np.ndarray, y: np.ndarray) -> tuple:
+        """(input rows, output rows) as matrices, every leading axis folded into the rows (views of contiguous
+        arrays): all of them, or the last alone while last_row_only is set."""
+        x, y = x.reshape(-1, self.in_features), y.reshape(-1, self.out_features)
+        return (x[-1:], y[-1:]) if self.last_row_only else (x, y)
 
     def add_bias(self, out: np.ndarray) -> None:
         if self.bias is not None:
             out += self.bias
 
+
+@register("nn.Linear")
+class Linear(Features):
+    def __init__(self, op):
+        super().__init__(op)
+        if self.in_features < 1 or self.out_features < 1:
+            raise self.error(f"in_features={self.in_features} and out_features={self.out_features} must be >= 1")
+        weight = self.weight("weight", (self.out_features, self.in_features))
+        # stored as W^T (in, out), contiguous, so forward is a plain row-major (M, in) @ (in, out) GEMM
+        self.weight_t = np.ascontiguousarray(weight.T)
+        self.bias = self.read_bias()
+
+    def forward_numpy(self, inputs, outputs):
+        x, out = self.rows(inputs[0], outputs[0])
+        np.matmul(x, self.weight_t, out=out)
+        self.add_bias(out)

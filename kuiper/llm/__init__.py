@@ -1,7 +1,8 @@
 """Language models on kuiper's graph: Llama, Qwen2 and Mistral checkpoints, numpy, reference and OpenCL.
 
     import kuiper.llm
-    lm = kuiper.llm.load("path/to/model_dir", backend="numpy")   # or "reference", "opencl"; device=, precision=
+    lm = kuiper.llm.load("path/to/model_dir", backend="numpy")   # or "reference", "opencl"; device=, precision=,
+                                                                 # quantize="int8"
     ids = lm.tokenizer.encode("Once upon a time")                # list[int]
     logits = lm.logits(ids)                                      # (len(ids), vocab) float32, one prefill
     new = lm.generate(ids, max_new_tokens=32, temperature=0.0)   # list[int], the new tokens only
@@ -10,6 +11,7 @@
 The modules, in the order a checkpoint goes through them:
     config.py     config.json, read and checked
     weights.py    the safetensors files (or shards), memory-mapped, every tensor checked
+    quantize.py   int8 weights for every Linear, made from the checkpoint's as the model loads
     tokenizer.py  tokenizer.json through the `tokenizers` package; the chat template through jinja2
     decoder.py    the decoder's .pnnx.param text, written from the config
     model.py      load(), LanguageModel: prefill, decode, generate, stream, forward_packed

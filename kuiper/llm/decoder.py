@@ -11,12 +11,15 @@ forward (prefill) and one token in each later one (decode). One output: the logi
       -> post_attention_layernorm (RMSNorm) -> gate_proj and up_proj (Linear)
       -> F.silu(gate) * up (SwiGLU: a pnnx.Expression mul) -> down_proj (Linear) -> h + that (residual)
 
-then the final norm (RMSNorm) and lm_head (Linear; with tied embeddings it reads the embedding's matrix).
+then the final norm (RMSNorm) and lm_head (Linear; with tied embeddings it reads the embedding's matrix). With
+quantize="int8" every Linear is a kuiper.Int8Linear (kuiper/llm/quantize.py makes its int8 weights and scales).
 Operators are named as the checkpoint names its modules, so `@weight` of `model.layers.0.mlp.up_proj` is the
 tensor `model.layers.0.mlp.up_proj.weight`, as a .pnnx.bin's members are named `<operator>.<key>`.
 """
 
 from __future__ import annotations
+
+from kuiper.layers.int8_linear import GROUP, groups
 
 #: pnnx's magic number, first line of every .param
 MAGIC = 7767517
@@ -58,9 +61,10 @@ def _value(value) -> str:
     return str(value)
 
 
-def decoder_param(config, context: int, dtype_of) -> str:
+def decoder_param(config, context: int, dtype_of, quantize: str | None = None) -> str:
     """The .param text of the decoder for `config` (kuiper/llm/config.py) with a KV cache of `context` positions;
-    `dtype_of(tensor name)` gives each weight's pnnx dtype (f32, f16, bf16), as the checkpoint stores it."""
+    `dtype_of(tensor name)` gives each weight's pnnx dtype (f32, f16, bf16), as the checkpoint stores it;
+    quantize="int8": every Linear an Int8Linear."""
     c, w = config, ParamWriter()
     hidden, q_width, kv_width = c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
     seq = f"(1,?,{hidden})f32"
@@ -72,8 +76,14 @@ def decoder_param(config, context: int, dtype_of) -> str:
         return attrs
 
     def linear(module: str, x: str, out: int, inp: int, bias: bool) -> str:
-        return w.op("nn.Linear", module, [x], dict(bias=bias, in_features=inp, out_features=out),
-                    weights(module, (out, inp), bias), shape=f"(1,?,{out})f32")
+        params = dict(bias=bias, in_features=inp, out_features=out)
+        if quantize == "int8":
+            attrs = {"qweight": ((out, inp), "i8"), "scales": ((out, groups(inp)), "f32")}
+            if bias:
+                attrs["bias"] = ((out,), dtype_of(f"{module}.bias"))
+            return w.op("kuiper.Int8Linear", module, [x], dict(params, group_size=GROUP), attrs,
+                        shape=f"(1,?,{out})f32")
+        return w.op("nn.Linear", module, [x], params, weights(module, (out, inp), bias), shape=f"(1,?,{out})f32")
 
     def norm(module: str, x: str) -> str:
         return w.op("nn.RMSNorm", module, [x], dict(elementwise_affine=True, eps=c.rms_norm_eps,

@@ -34,6 +34,7 @@ from kuiper.layers.cached_attention import CachedAttention
 from kuiper.llm.config import generation_eos, read_config
 from kuiper.llm.decoder import decoder_param
 from kuiper.llm.paged import BLOCK_SIZE, BlockPool, Sequence, blocks_for, pack
+from kuiper.llm.quantize import QuantizedWeights, check_scheme
 from kuiper.llm.sampling import SamplingOptions, next_token
 from kuiper.llm.streaming import TextStream
 from kuiper.llm.tokenizer import Tokenizer
@@ -69,17 +70,19 @@ class Timings:
 
 
 def load(path, backend: str = "numpy", device: str | None = None, precision: str = "fp32", context: int | None = None,
-         memory_limit=None, cache_tokens: int | None = None) -> "LanguageModel":
+         memory_limit=None, cache_tokens: int | None = None, quantize: str | None = None) -> "LanguageModel":
     """Load a Hugging Face checkpoint directory (config.json, model.safetensors or shards, tokenizer.json).
     context: the positions a sequence may reach (default: the model's max_position_embeddings, at most
     DEFAULT_CONTEXT); cache_tokens: the positions the KV cache's pool holds for all sequences together (default
-    and at least: context), in whole blocks; memory_limit: as RuntimeGraph's."""
-    return LanguageModel(path, backend, device, precision, context, memory_limit, cache_tokens)
+    and at least: context), in whole blocks; memory_limit: as RuntimeGraph's; quantize="int8": every Linear's
+    weights int8 with a scale per 32 inputs, quantized as the model loads (quantize.py)."""
+    return LanguageModel(path, backend, device, precision, context, memory_limit, cache_tokens, quantize)
 
 
 class LanguageModel:
     def __init__(self, path, backend="numpy", device=None, precision="fp32", context=None, memory_limit=None,
-                 cache_tokens=None):
+                 cache_tokens=None, quantize=None):
+        self.quantize = check_scheme(quantize)
         self.directory = Path(path)
         if not self.directory.is_dir():
             raise CheckpointError(f"{self.directory}: not a directory (a Hugging Face model directory holds "
@@ -99,10 +102,10 @@ class LanguageModel:
             raise ConfigError(f"cache_tokens={cache_tokens!r}: give a whole number >= 1")
         #: the pool's blocks: room for one sequence of the whole context at least
         self.cache_blocks = blocks_for(max(cache_tokens or 0, self.context))
-        self.param_text = decoder_param(config, self.context, lambda name: self.weights.entry(name).dtype)
+        self.param_text = decoder_param(config, self.context, lambda name: self.weights.entry(name).dtype, quantize)
         self.graph = RuntimeGraph(self.directory / "decoder.pnnx.param", backend=backend, device=device,
                                   precision=precision, memory_limit=memory_limit, text=self.param_text,
-                                  weights=self.weights).init()
+                                  weights=QuantizedWeights(self.weights) if quantize else self.weights).init()
         self._check_memory()
         self.graph.build()
         self.attention = [op.layer for op in self.graph.order if isinstance(op.layer, CachedAttention)]
@@ -110,6 +113,7 @@ class LanguageModel:
             layer.use_pool(self.cache_blocks)
         self.blocks = BlockPool(self.cache_blocks)
         self.sequence = Sequence(self.blocks)  # the one generate(), logits() and stream() run
+        self._head = next(op.layer for op in self.graph.order if op.name == "lm_head")
         self.last_timings = Timings()
 
     def _context(self, context) -> int:
@@ -129,18 +133,20 @@ class LanguageModel:
         return sum(int(np.prod(self.weights.entry(name).shape)) for name in expected_tensors(self.config))
 
     def _check_memory(self) -> None:
-        """The weights as the layers hold them (float32) and the KV cache, against the memory limit, before
-        building the graph allocates either."""
-        weights = sum(int(np.prod(a.shape)) * 4 for op in self.graph.operators for a in op.attrs.values())
+        """The weights as the layers hold them (float32, int8 where quantized) and the KV cache, against the memory
+        limit, before building the graph allocates either."""
+        weights = sum(int(np.prod(a.shape)) * (1 if a.dtype == "i8" else 4)
+                      for op in self.graph.operators for a in op.attrs.values())
         positions = self.cache_blocks * BLOCK_SIZE
         cache = self.config.kv_cache_bytes_per_token() * positions
         needed, limit = weights + cache, self.graph.memory_limit
         if needed > limit:
             raise MemoryLimitError(
-                f"{self.config.path}: the weights in float32 ({memory.format_bytes(weights)}) and a KV cache of "
-                f"{positions} positions ({memory.format_bytes(cache)}) need {memory.format_bytes(needed)}, over "
-                f"the memory limit of {memory.format_bytes(limit)} (memory_limit=, {memory.ENV}; cache_tokens= or "
-                f"context= shrinks the cache)")
+                f"{self.config.path}: the weights in {'int8 and float32' if self.quantize else 'float32'} "
+                f"({memory.format_bytes(weights)}) and a KV cache of {positions} positions "
+                f"({memory.format_bytes(cache)}) need {memory.format_bytes(needed)}, over the memory limit of "
+                f"{memory.format_bytes(limit)} (memory_limit=, {memory.ENV}; cache_tokens= or context= shrinks the "
+                f"cache)")
 
     # ---- forward: prefill and decode ----------------------------------------------------------------------
     def reset(self) -> None:
@@ -202,7 +208,7 @@ class LanguageModel:
         timings = self.last_timings = Timings()
         self.reset()
         started = time.perf_counter()
-        logits = self.forward(ids, 0)[-1]
+        logits = self._last_logits(ids)
         timings.prefill_tokens, timings.prefill_seconds = len(ids), time.perf_counter() - started
         position = len(ids)
         for count in range(1, max_new_tokens + 1):
@@ -217,6 +223,14 @@ class LanguageModel:
             timings.decode_tokens += 1
             timings.decode_seconds += time.perf_counter() - started
             position += 1
+
+    def _last_logits(self, ids) -> np.ndarray:
+        """The prefill's last row of logits, the only one generation reads: lm_head computes that row alone."""
+        self._head.last_row_only = True
+        try:
+            return self.forward(ids, 0)[-1]
+        finally:
+            self._head.last_row_only = False
 
     def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  seed: int | None = None) -> list:

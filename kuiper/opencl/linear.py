@@ -36,10 +36,14 @@ class Linear(OpenCLLayer, linear.Linear):
         y = outputs[0]
         if not y.size:  # OpenCL refuses an empty range
             return
-        self.gemm(q, y.size // self.out_features, a=Matrix(inputs[0].buffer, self.in_features),
-                  **self.cl_weight_t.operands(Matrix(y.buffer, self.out_features)),
+        rows = y.size // self.out_features
+        # the last row alone where asked (a fused epilogue reads the tensors it adds by the output's index: not then)
+        first = rows - 1 if self.last_row_only and self.cl_epilogue is NO_EPILOGUE else 0
+        shape = inputs[0].shape if not first else (1, self.in_features)
+        self.gemm(q, rows - first, a=Matrix(inputs[0].buffer, self.in_features, offset=first * self.in_features),
+                  **self.cl_weight_t.operands(Matrix(y.buffer, self.out_features, offset=first * self.out_features)),
                   bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
-                  epilogue=self.cl_epilogue.args(inputs, y), variant=self.variants.pick((inputs[0].shape,)))
+                  epilogue=self.cl_epilogue.args(inputs, y), variant=self.variants.pick((shape,)))
 
     def gemm_dims(self, shapes) -> tuple:
         """(m, n, stack) of the GEMMs for these input shapes: every leading axis folds into the rows."""

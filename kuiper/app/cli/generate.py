@@ -40,6 +40,8 @@ def add_parser(sub, common, custom) -> None:
     sampling.add_argument("--device", help="the OpenCL device (P:D or a name), with --backend opencl")
     sampling.add_argument("--context", type=int, metavar="N", help="positions the KV cache holds (default: the "
                           "model's, at most 4096)")
+    sampling.add_argument("--quantize", choices=["int8"], help="int8: every Linear's weights as int8 with a scale "
+                          "per 32 inputs, quantized as the model loads (a quarter of float32's memory)")
 
     generate = sub.add_parser("generate", parents=[common, sampling],
                               help=f"generate text with a language model (default: the shipped {SHIPPED} model)")
@@ -72,7 +74,7 @@ def default_model() -> Path:
 def _load(args, model):
     from kuiper.llm import load
 
-    return load(model, backend=args.backend, device=args.device, context=args.context)
+    return load(model, backend=args.backend, device=args.device, context=args.context, quantize=args.quantize)
 
 
 def _sampling(args) -> dict:
