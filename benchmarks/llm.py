@@ -1,12 +1,12 @@
 """Language-model speed: prefill and decode tokens/s of kuiper's backends beside transformers and llama.cpp.
 
-    python benchmarks/llm.py [--model DIR] [--engines numpy,opencl,numpy-int8,opencl-int8,transformers,
-                             llama.cpp-f32,llama.cpp-q8_0] [--prompt-tokens 64] [--new-tokens 32] [--threads 2]
+    python benchmarks/llm.py [--model DIR] [--engines numpy,opencl,numpy-int8,opencl-int8,opencl-fp16,transformers,
+                             transformers-cuda,transformers-cuda-fp16,llama.cpp-f32,llama.cpp-q8_0] [--prompt-tokens 64] [--new-tokens 32] [--threads 2]
                              [--rounds 3] [--device SPEC] [--baseline transformers]
                              [--transformers-python PATH] [--llama-python PATH] [--gguf-dir DIR] [--json FILE]
 
-Engines: kuiper's backends (numpy, reference, opencl; `-int8` loads with quantize="int8"), transformers (torch
-eager, float32) and llama.cpp through llama-cpp-python (`-f32` and `-q8_0`: the GGUF files
+Engines: kuiper's backends (numpy, reference, opencl; `-int8` loads with quantize="int8", `opencl-fp16` with
+precision="fp16"), transformers (torch eager, float32; `-cuda` on the GPU, `-cuda-fp16` there in half) and llama.cpp through llama-cpp-python (`-f32` and `-q8_0`: the GGUF files
 tools/make_gguf.py writes into --gguf-dir, named <model dir name>-f32.gguf and -q8_0.gguf).
 
 Every engine runs in a fresh process of its own, all of them in turn, --rounds times (benchmarks/processes.py),
@@ -68,7 +68,7 @@ def main() -> None:
     jobs = {}
     for engine in engines:
         command = python(Path(__file__), "--one", engine, *common)
-        if engine == "transformers":
+        if engine.startswith("transformers"):
             command[0] = args.transformers_python
         elif engine.startswith("llama.cpp"):
             command[0] = args.llama_python
@@ -115,8 +115,8 @@ def prompt_ids(vocab: int, count: int) -> list:
 
 
 def run_engine(engine: str, args) -> dict:
-    if engine == "transformers":
-        return run_transformers(args)
+    if engine.startswith("transformers"):
+        return run_transformers(args, cuda="-cuda" in engine, half=engine.endswith("-fp16"))
     if engine.startswith("llama.cpp-"):
         return run_llama_cpp(args, engine.split("-", 1)[1])
     from kuiper.cpu.blas import restart_if_misread
@@ -128,9 +128,9 @@ def run_engine(engine: str, args) -> dict:
 
     kuiper.set_num_threads(args.threads)
     threadpool_limits(args.threads, user_api="blas")  # with one thread kuiper leaves BLAS as it is configured
-    backend, _, quantize = engine.partition("-")
-    lm = kuiper.llm.load(args.model, backend=backend, device=args.device, quantize=quantize or None,
-                         context=args.prompt_tokens + args.new_tokens)
+    backend, _, option = engine.partition("-")
+    lm = kuiper.llm.load(args.model, backend=backend, device=args.device, quantize=option if option == "int8" else None,
+                         precision="fp16" if option == "fp16" else "fp32", context=args.prompt_tokens + args.new_tokens)
     lm.eos_token_ids = frozenset()  # always the full count of new tokens
     ids = prompt_ids(lm.config.vocab_size, args.prompt_tokens)
     lm.generate(ids, max_new_tokens=args.new_tokens)  # warm-up: plans, kernels, caches
@@ -157,29 +157,35 @@ def rates(args, tokens, prefill: float, decode: float) -> dict:
             "decode_tokens_per_second": (args.new_tokens - 1) / decode, "device": f"{args.threads} threads"}
 
 
-def run_transformers(args) -> dict:
+def run_transformers(args, cuda: bool = False, half: bool = False) -> dict:
+    """transformers' eager forward with its KV cache; on the GPU with cuda (each step's argmax waits for it)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(args.threads)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager")
+    device = torch.device("cuda" if cuda else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float16 if half else torch.float32,
+                                                 attn_implementation="eager").to(device)
     model.eval()
     state = {}
 
     def prefill(ids):
-        out = model(torch.tensor([ids]), use_cache=True)
+        out = model(torch.tensor([ids], device=device), use_cache=True)
         state["past"] = out.past_key_values
         return out.logits[0, -1]
 
     def step(token):
-        out = model(torch.tensor([[token]]), past_key_values=state["past"], use_cache=True)
+        out = model(torch.tensor([[token]], device=device), past_key_values=state["past"], use_cache=True)
         state["past"] = out.past_key_values
         return out.logits[0, -1]
 
     ids = prompt_ids(model.config.vocab_size, args.prompt_tokens)
     with torch.inference_mode():
         timed_greedy(prefill, step, ids, args.new_tokens)  # warm-up
-        return rates(args, *timed_greedy(prefill, step, ids, args.new_tokens))
+        result = rates(args, *timed_greedy(prefill, step, ids, args.new_tokens))
+    if cuda:
+        result["device"] = torch.cuda.get_device_name(device)
+    return result
 
 
 def run_llama_cpp(args, kind: str) -> dict:
