@@ -24,9 +24,10 @@ class Enqueuer:
         self._op = self._current = None
         self._wait = None
         self._scratch_users = {}  # role -> the last operator that took the runtime's scratch for it
-        # while a list, what is enqueued is also recorded there for replay.py; None once anything makes the
-        # forward depend on more than its input shapes (an upload, or a wait for the device)
+        # while a list, what is enqueued is also recorded there for replay.py; `live` turns True when the
+        # operator being recorded depends on more than its input shapes (an upload, or a wait for the device)
         self.recording = None
+        self.live = False
 
     def begin(self, op, producers) -> None:
         self._op = op.name
@@ -79,7 +80,7 @@ class Enqueuer:
 
     def write(self, buffer, array: np.ndarray):
         """Upload a host array without waiting (the final blocking read orders everything after it)."""
-        self.recording = None  # host data: another forward would upload other values
+        self.live = True  # host data: another forward would upload other values
         return self._issued(_cl().enqueue_copy(self.queue, buffer, array, is_blocking=False, wait_for=self._wait))
 
     def run_on_host(self, layer, inputs: list, outputs: list) -> None:
@@ -95,7 +96,7 @@ class Enqueuer:
                 _cl().enqueue_copy(self.queue, tensor.buffer, array, is_blocking=True)
 
     def finish(self) -> None:
-        self.recording = None  # a wait: what follows may depend on what the device computed
+        self.live = True  # a wait: what follows may depend on what the device computed
         self.queue.finish()
 
     def copy(self, dest, src, nbytes: int, dest_offset: int = 0, src_offset: int = 0):

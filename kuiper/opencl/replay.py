@@ -8,10 +8,12 @@ records the first forward of each plan (Enqueuer.recording), and later forwards 
 the recording: one call per kernel, whose arguments were set once on a Kernel object of its own. CUDA graphs do
 the same for torch.
 
-A forward that uploads anything of its own or waits for the device (an operator that reads a tensor back, one
-with no OpenCL forward) depends on more than its shapes: the Enqueuer then stops recording and that plan always
-walks the graph. So does a layer whose launches follow state it keeps (`replayable = False`, kuiper/opencl/
-layer.py). A recording made before any layer's variant choice changed (`Variants.changes`, as a test or a
+An operator that uploads anything of its own or waits for the device (one that reads a tensor back, one with no
+OpenCL forward) depends on more than its shapes, and so does a layer whose launches follow state it keeps
+(`replayable = False`, kuiper/opencl/layer.py): the recording keeps such an operator itself, and a replay runs
+it again, live, between the launches of the others. A language model's decode step replays every matrix
+product and norm, and runs its embedding (which checks the ids) and its KV-cache attention live. A recording
+made before any layer's variant choice changed (`Variants.changes`, as a test or a
 measurement switches kernels) is dropped, and the next forward records anew.
 """
 
@@ -29,7 +31,9 @@ class Replay:
         self.variants_changes = variants_changes  # Variants.changes when the recording began
         self.steps = []
         for kind, *what in recording:
-            if kind == "kernel":
+            if kind == "live":
+                self.steps.append(("live", what[0], ()))
+            elif kind == "kernel":
                 kernel, global_size, local_size, args, offset = what
                 bound = rt.kernel_copy(kernel)
                 bound.set_args(*args)  # the buffers in args stay referenced by the kernel's arguments here
@@ -46,9 +50,13 @@ class Replay:
         """Whether every layer still runs the variants it ran when this was recorded."""
         return Variants.changes == self.variants_changes
 
-    def enqueue(self, queue) -> None:
+    def enqueue(self, queue, live) -> None:
+        """Enqueue the launches, and run_live(op) for each operator kept live, in the recorded order."""
         for call, args, _ in self.steps:
-            call(queue, *args)
+            if call == "live":
+                live(args)
+            else:
+                call(queue, *args)
 
 
 def _copy(queue, dest, src, nbytes, dest_offset, src_offset):

@@ -83,16 +83,21 @@ class OpenCLExecutor:
         record, changes = not q.levels and plan.replay is None, Variants.changes
         q.recording = [] if record else None
         yield
-        if record and q.recording is not None:  # nothing in the forward made it depend on more than shapes
+        if record:
             plan.replay = Replay(self.runtime, q.recording, changes)
 
     def replay(self, plan, input_operators: list, feeds: dict) -> bool:
-        """Upload the inputs and enqueue the plan's recorded forward, if it has one (False: walk the graph)."""
+        """Upload the inputs and enqueue the plan's recorded forward, if it has one (False: walk the graph); the
+        operators that depend on more than their shapes run again as they did."""
         if plan.replay is None:
             return False
         for op in input_operators:
             self.feed(op, feeds[op.name], plan)
-        plan.replay.enqueue(self.enqueuer.queue)
+
+        def live(op):
+            self.run(op, [plan.tensors[o.name] for o in op.input_operands],
+                     [plan.tensors[o.name] for o in op.output_operands], plan)
+        plan.replay.enqueue(self.enqueuer.queue, live)
         return True
 
     def feed(self, op, array, plan) -> DeviceTensor:
@@ -113,13 +118,17 @@ class OpenCLExecutor:
         return plan.tensors[operand.name]
 
     def run(self, op, inputs: list, outputs: list, plan) -> None:
-        self.enqueuer.begin(op, [o.producer for o in op.input_operands] + plan.reuse_waits.get(op.name, []))
-        if not getattr(op.layer, "replayable", False):  # (a host fallback is not an OpenCLLayer)
-            self.enqueuer.recording = None
+        q = self.enqueuer
+        q.begin(op, [o.producer for o in op.input_operands] + plan.reuse_waits.get(op.name, []))
+        recorded = len(q.recording) if q.recording is not None else None
+        q.live = not getattr(op.layer, "replayable", False)  # (a host fallback is not an OpenCLLayer)
         if op in self.host_fallbacks:
-            self.enqueuer.run_on_host(op.layer, inputs, outputs)
+            q.run_on_host(op.layer, inputs, outputs)
         else:
-            op.layer.forward_opencl(self.enqueuer, inputs, outputs)
+            op.layer.forward_opencl(q, inputs, outputs)
+        if recorded is not None and q.live:  # a replay runs this operator again instead of its launches
+            del q.recording[recorded:]
+            q.recording.append(("live", op))
 
     def results(self, operands: list) -> list:
         self.enqueuer.finish()

@@ -1,6 +1,6 @@
 """Replayed forwards (kuiper/opencl/replay.py): a plan's first forward is recorded and later ones enqueue the
 recording. Every committed model, replayed on other inputs than it recorded, gives PyTorch's outputs; a replay
-walks no layer; what cannot be replayed (state a layer keeps, a host fallback, profiling) walks the graph."""
+walks no layer, except those that cannot be replayed (state a layer keeps), which run live; profiling walks."""
 
 import numpy as np
 import pytest
@@ -47,13 +47,29 @@ def test_a_replay_walks_no_layer(cl_runtime, monkeypatch):
     np.testing.assert_allclose(graph.forward(*inputs)[0], refs[0], rtol=1e-4, atol=1e-4 * np.abs(refs[0]).max())
 
 
-def test_state_a_layer_keeps_or_profiling_walks_the_graph(cl_runtime, monkeypatch):
+def test_a_layer_that_keeps_state_runs_live_in_a_replay(cl_runtime, monkeypatch):
+    """A layer with replayable = False is kept in the recording as itself: a replay enqueues the others' launches
+    and calls its forward_opencl again, in its place."""
     graph, inputs, refs = unet(cl_runtime)
-    stateful = next(op.layer for op in graph.order if isinstance(op.layer, OpenCLLayer))
+    layers = [op.layer for op in graph.order if isinstance(op.layer, OpenCLLayer)]
+    stateful = layers[len(layers) // 2]
     monkeypatch.setattr(stateful, "replayable", False)
-    graph.forward(*inputs)
-    assert graph.plan_for(*(x.shape for x in inputs)).replay is None  # never recorded: every forward walks
+    graph.forward(*other_inputs(inputs))
+    calls = []
+    forward = stateful.forward_opencl
 
+    def counted(*args):
+        calls.append(1)
+        return forward(*args)
+    monkeypatch.setattr(stateful, "forward_opencl", counted)
+    for layer in layers:
+        if layer is not stateful:
+            monkeypatch.setattr(layer, "forward_opencl", lambda *args: pytest.fail("a replayed layer walked"))
+    np.testing.assert_allclose(graph.forward(*inputs)[0], refs[0], rtol=1e-4, atol=1e-4 * np.abs(refs[0]).max())
+    assert calls == [1]
+
+
+def test_profiling_walks_the_graph(cl_runtime):
     graph, inputs, refs = unet(cl_runtime)
     graph.forward(*inputs)
     graph.forward(*inputs, profile=True)
