@@ -23,7 +23,8 @@ from kuiper.cpu.registry import fast
 from kuiper.cpu.scratch import KeepsScratch
 from kuiper.layers import int8_linear
 
-#: weight rows widened at a time: 128 rows of 896 floats are 448 KiB, inside a Zen 4 core's 1 MiB L2
+#: weight rows widened to float32 at a time: a block that stays in a core's L2 while it is multiplied
+#: (docs/tuning.md)
 ROWS = 128
 #: from this many tokens on, a block is scaled once and multiplied as one GEMM
 MANY_TOKENS = 8

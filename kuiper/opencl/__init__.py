@@ -17,7 +17,6 @@ __all__ = [
 from kuiper.opencl import (  # noqa: E402,F401
     activations, adaptive_pool, arange, aten, attention, attribute, batchnorm2d, cached_attention, cat, conv1d,
     conv2d, conv_transpose2d, copy_chain, embedding, expand, expression, fused, int8_linear, layer_norm, linear,
-    matmul,
-    multihead_attention, pad, permute, pooling, reduce, reshape, rms_norm, roll, rotary, shuffle, slice, softmax,
-    split, stack, transpose, unfold, upsample,
+    matmul, multihead_attention, pad, permute, pooling, reduce, reshape, rms_norm, roll, rotary, shuffle, slice,
+    softmax, split, stack, transpose, unfold, upsample,
 )

@@ -31,12 +31,12 @@ class Replay:
         self.variants_changes = variants_changes  # Variants.changes when the recording began
         self.steps = []
         for kind, *what in recording:
-            if kind == "live":
-                self.steps.append(("live", what[0], ()))
+            if kind == "live":  # the operator itself, to run again (call None)
+                self.steps.append((None, what[0], ()))
             elif kind == "kernel":
                 kernel, global_size, local_size, args, offset = what
                 bound = rt.kernel_copy(kernel)
-                bound.set_args(*args)  # the buffers in args stay referenced by the kernel's arguments here
+                bound.set_args(*args)  # args stays in the step: the kernel does not keep its buffers alive
                 self.steps.append((cl.enqueue_nd_range_kernel, (bound, global_size, local_size, offset), args))
             else:
                 dest, src, nbytes, dest_offset, src_offset = what
@@ -51,9 +51,9 @@ class Replay:
         return Variants.changes == self.variants_changes
 
     def enqueue(self, queue, live) -> None:
-        """Enqueue the launches, and run_live(op) for each operator kept live, in the recorded order."""
+        """Enqueue the launches, and call live(op) for each operator kept live, in the recorded order."""
         for call, args, _ in self.steps:
-            if call == "live":
+            if call is None:
                 live(args)
             else:
                 call(queue, *args)
