@@ -198,12 +198,6 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
 #error "RM and RN must be multiples of 4, and the work-group a multiple of TN / 4"
 #endif
 
-#ifdef SPLIT
-#define SPLIT_ARGS , const int slices, const int span, __global float* restrict partial
-#else
-#define SPLIT_ARGS
-#endif
-
 // A[m][k] or 0 outside A
 inline float a_at(const __global store_t* A, int m, int k, int M, int K, int lda) {
     return m < M && k < K ? LOAD(A, (long)m * lda + k) : 0.0f;
@@ -219,16 +213,7 @@ void gemm_gpu(__global store_t* restrict C, __global const store_t* restrict A, 
     __local float4 b_tile[TK][TN / 4];
     const int tx = get_local_id(0), ty = get_local_id(1), t = ty * LX + tx;
     const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
-#ifdef SPLIT
-    const int z = get_global_id(2) / slices, slice = get_global_id(2) % slices;
-    const int k_begin = slice * span, k_end = min(K, k_begin + span);
-#else
-    const int z = get_global_id(2), k_begin = 0, k_end = K;
-#endif
-    A += stack_offset(z, groups, off_a, group_a, item_a);
-    B += stack_offset(z, groups, off_b, group_b, item_b);
-    C += stack_offset(z, groups, off_c, group_c, item_c);
-    residual += stack_offset(z, groups, off_c, group_c, item_c);
+    SELECT_PRODUCT;
 
     // every B load of this work-item is in the same 4 columns (THREADS is a multiple of TN / 4)
     const int p = t % (TN / 4), n = n0 + 4 * p;
