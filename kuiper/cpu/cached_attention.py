@@ -13,7 +13,13 @@ A decode step has only `group` query rows per K/V head, too few for BLAS to repa
 product: there the reference's broadcast products, numpy's own loop of one vector-matrix product per row, are as
 fast as numpy gets, and a span of fewer than FEW_ROWS rows per K/V head is the reference's.
 
-The paged cache, its layouts and checks are the reference's: only `attend`, one span's attention, differs.
+A packed step of a server decodes many sequences at once, a one-token span each (kuiper/llm/scheduler.py). One
+`attend` per span would cost a few dozen numpy calls per sequence and layer, more than their arithmetic; so the
+one-token spans of a forward attend together (`DecodeSteps`): each reads its keys and values through a row of
+slots padded to the longest sequence, the padding masked with -inf, and the whole set is two stacks of products.
+
+The paged cache, its layouts and checks are the reference's: `attend`, one span's attention, and the grouping of
+one-token spans differ.
 """
 
 from __future__ import annotations
@@ -30,6 +36,39 @@ from kuiper.layers import cached_attention
 
 #: below this many query rows per K/V head (a decode step has `group`) the reference's forward is the faster
 FEW_ROWS = 12
+#: from this many one-token spans in a forward on, they attend together (one alone reads its keys in place)
+MIN_TOGETHER = 2
+
+
+class DecodeSteps:
+    """The one-token spans of a PageLayout, to attend together: their batch rows and tokens, each one's slots of
+    positions 0 .. its own padded to the longest (with its first slot), and an additive mask (-inf on the
+    padding); `apart`, the other spans. Worked out once per layout, for every layer of the forward."""
+
+    def __init__(self, layout):
+        one = [i for i, span in enumerate(layout.spans) if span.count == 1]
+        if len(one) < MIN_TOGETHER:
+            one = []
+        self.apart = [i for i in range(len(layout.spans)) if i not in set(one)]
+        spans = [layout.spans[i] for i in one]
+        self.rows = np.array([span.row for span in spans], np.int64)
+        self.tokens = np.array([span.first for span in spans], np.int64)
+        longest = max((span.end for span in spans), default=0)
+        self.slots = np.empty((len(one), longest), np.int64)
+        self.mask = np.zeros((len(one), longest), np.float32)
+        for k, (span, read) in enumerate(zip(spans, (layout.reads[i] for i in one))):
+            slots = np.arange(read.start, read.stop) if isinstance(read, slice) else read
+            self.slots[k, :span.end] = slots
+            self.slots[k, span.end:] = slots[0]
+            self.mask[k, span.end:] = -np.inf
+        self.ones = np.ones((longest, 1), np.float32)
+
+    @classmethod
+    def of(cls, layout) -> "DecodeSteps":
+        found = layout.device.get(cls)
+        if found is None:
+            found = layout.device[cls] = cls(layout)
+        return found
 
 
 @fast("kuiper.CachedAttention")
@@ -87,3 +126,24 @@ class CachedAttention(cached_attention.CachedAttention):
         threads.parallel(part, stack * rows, grain=-(-threads.MIN_MACS // (2 * end * dim)))
         if not direct:
             out[...] = target.reshape(out.shape)
+
+    def attend_spans(self, q, layout, out):
+        steps = DecodeSteps.of(layout)
+        for index in steps.apart:
+            self.attend_span(q, layout, index, out)
+        if len(steps.rows):
+            self.attend_together(q, steps, out)
+
+    def attend_together(self, q, steps: DecodeSteps, out) -> None:
+        """The one-token spans: queries (kv_heads, spans, group, D) against their padded keys (kv_heads, spans,
+        longest, D), one stack of products for the scores and one for the output."""
+        count, dim = len(steps.rows), self.head_dim
+        cache_k, cache_v = self.pool
+        queries = q[steps.rows, :, steps.tokens].reshape(count, self.num_kv_heads, self.group, dim)
+        # np.take gathers the padded keys several times faster than indexing with the slots
+        scores = np.matmul(queries.transpose(1, 0, 2, 3), np.take(cache_k, steps.slots, axis=1).swapaxes(-1, -2))
+        scores *= np.float32(1 / math.sqrt(dim))
+        scores += steps.mask[:, None]
+        softmax_rows(scores, np.empty(scores.shape[:-1] + (1,), np.float32), False, steps.ones)
+        attended = np.matmul(scores, np.take(cache_v, steps.slots, axis=1))  # (kv_heads, spans, group, D)
+        out[steps.rows, :, steps.tokens] = attended.transpose(1, 0, 2, 3).reshape(count, self.num_heads, dim)

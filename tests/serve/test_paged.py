@@ -178,3 +178,40 @@ def test_a_packed_forward_gives_each_sequence_its_logits_alone(backend, device):
     for s in sequences:
         s.release()
     assert lm.blocks.held == 0
+
+
+def test_one_token_spans_attend_together_as_each_alone():
+    """The numpy layer runs a pack's one-token spans (decode steps) as one padded stack of products: six
+    sequences of different lengths through scattered tables, with a prompt's chunk beside them, equal the
+    reference layer's span-by-span attention over the same pool."""
+    from kuiper.cpu.cached_attention import DecodeSteps
+
+    heads, kv_heads, dim, blocks = 6, 2, 16, 40
+    made = {}
+    for backend in ("reference", "numpy"):
+        shapes = [(1, heads, 1, dim), (1, kv_heads, 1, dim), (1, kv_heads, 1, dim), (1,)]
+        layer = make_layer("kuiper.CachedAttention", backend=backend, input_shapes=shapes,
+                           params=dict(num_heads=heads, num_kv_heads=kv_heads, head_dim=dim, max_positions=128))
+        layer.use_pool(blocks)
+        made[backend] = layer
+    pool = BlockPool(blocks)
+    sequences = [Sequence(pool) for _ in range(7)]
+    for length in range(1, 61):  # grown together, a block at a time: every table scattered
+        for s, last in zip(sequences, (60, 3, 17, 33, 1, 48, 20)):
+            if length <= last:
+                s.reserve(length)
+                s.length = length
+    entries = [(s, [0]) for s in sequences[:6]] + [(sequences[6], [0] * 5)]
+    _, positions, layout = pack(entries)
+    steps = DecodeSteps(layout)
+    assert (steps.apart, steps.rows.tolist(), steps.tokens.tolist()) == ([6], [0] * 6, list(range(6)))
+    assert steps.slots.shape == (6, 61)  # padded to the longest, 61 positions
+    assert np.isinf(steps.mask).sum() == sum(61 - (n + 1) for n in (60, 3, 17, 33, 1, 48))
+    pools = data(kv_heads, blocks * BLOCK_SIZE, dim), data(kv_heads, blocks * BLOCK_SIZE, dim)
+    q, k, v = data(1, heads, 11, dim), data(1, kv_heads, 11, dim), data(1, kv_heads, 11, dim)
+    outputs = {}
+    for backend, layer in made.items():
+        layer.use(layout)
+        layer.pool = tuple(p.copy() for p in pools)
+        (outputs[backend],) = layer.run_numpy(q, k, v, positions)
+    np.testing.assert_allclose(outputs["numpy"], outputs["reference"], rtol=1e-5, atol=1e-6)
