@@ -215,3 +215,29 @@ def test_one_token_spans_attend_together_as_each_alone():
         layer.pool = tuple(p.copy() for p in pools)
         (outputs[backend],) = layer.run_numpy(q, k, v, positions)
     np.testing.assert_allclose(outputs["numpy"], outputs["reference"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:.*no OpenCL forward")
+@pytest.mark.parametrize("quantize", [None, "int8"])
+@pytest.mark.parametrize("backend, device", BACKENDS)
+def test_a_packed_steps_last_rows_are_those_of_the_full_logits(backend, device, quantize):
+    """last_rows=True, as the scheduler steps: lm_head computes each sequence's last row alone (numpy backends),
+    and those rows equal the full forward's, for prompts packed together and then for decode steps beside a
+    prompt."""
+    lm = kuiper.llm.load(TINY, backend=backend, device=device, cache_tokens=256, quantize=quantize)
+    prompts = [lm.tokenizer.encode(text) for text in ("Once upon a time", "The robot read every book", "Hi")]
+    results = {}
+    for last_rows in (False, True):
+        sequences = [Sequence(lm.blocks) for _ in prompts]
+        first = lm.forward_packed(list(zip(sequences[:2], prompts[:2])), last_rows=last_rows)
+        steps = [(s, [7 + i]) for i, s in enumerate(sequences[:2])] + [(sequences[2], prompts[2])]
+        second = lm.forward_packed(steps, last_rows=last_rows)
+        results[last_rows] = first, second
+        assert [s.length for s in sequences] == [len(prompts[0]) + 1, len(prompts[1]) + 1, len(prompts[2])]
+        for s in sequences:
+            s.release()
+    assert lm._head.gather_rows is None
+    for full, last in zip(*results.values()):
+        assert [row.shape for row in last] == [(lm.config.vocab_size,)] * len(full)
+        for rows, row in zip(full, last):
+            np.testing.assert_allclose(row, rows[-1], rtol=0, atol=1e-6 * np.abs(rows).max())
