@@ -15,8 +15,8 @@ fast as numpy gets, and a span of fewer than FEW_ROWS rows per K/V head is the r
 
 A packed step of a server decodes many sequences at once, a one-token span each (kuiper/llm/scheduler.py). One
 `attend` per span would cost a few dozen numpy calls per sequence and layer, more than their arithmetic; so the
-one-token spans of a forward attend together (`DecodeSteps`): each reads its keys and values through a row of
-slots padded to the longest sequence, the padding masked with -inf, and the whole set is two stacks of products.
+one-token spans of a forward attend together (`DecodeSteps`): each reads the blocks of its keys and values,
+padded to the most blocks any has, the padding masked with -inf, and the whole set is two stacks of products.
 
 The paged cache, its layouts and checks are the reference's: `attend`, one span's attention, and the grouping of
 one-token spans differ.
@@ -32,6 +32,7 @@ from kuiper.cpu import threads
 from kuiper.cpu.attention import softmax_rows
 from kuiper.cpu.registry import fast
 from kuiper.layers import cached_attention
+from kuiper.layers.pages import BLOCK_SIZE, blocks_for
 
 
 #: below this many query rows per K/V head (a decode step has `group`) the reference's forward is the faster
@@ -41,27 +42,27 @@ MIN_TOGETHER = 2
 
 
 class DecodeSteps:
-    """The one-token spans of a PageLayout, to attend together: their batch rows and tokens, each one's slots of
-    positions 0 .. its own padded to the longest (with its first slot), and an additive mask (-inf on the
-    padding); `apart`, the other spans. Worked out once per layout, for every layer of the forward."""
+    """The one-token spans of a PageLayout, to attend together: their batch rows and tokens, each one's blocks
+    padded to the most any of them has (with its first block), and an additive mask, -inf past each one's
+    position; `apart`, the other spans. Worked out once per layout, for every layer of the forward."""
 
     def __init__(self, layout):
         one = [i for i, span in enumerate(layout.spans) if span.count == 1]
         if len(one) < MIN_TOGETHER:
             one = []
-        self.apart = [i for i in range(len(layout.spans)) if i not in set(one)]
+        self.apart = sorted(set(range(len(layout.spans))) - set(one))
         spans = [layout.spans[i] for i in one]
         self.rows = np.array([span.row for span in spans], np.int64)
         self.tokens = np.array([span.first for span in spans], np.int64)
-        longest = max((span.end for span in spans), default=0)
-        self.slots = np.empty((len(one), longest), np.int64)
-        self.mask = np.zeros((len(one), longest), np.float32)
-        for k, (span, read) in enumerate(zip(spans, (layout.reads[i] for i in one))):
-            slots = np.arange(read.start, read.stop) if isinstance(read, slice) else read
-            self.slots[k, :span.end] = slots
-            self.slots[k, span.end:] = slots[0]
+        width = max((blocks_for(span.end) for span in spans), default=0)
+        self.blocks = np.empty((len(one), width), np.int64)
+        self.mask = np.zeros((len(one), width * BLOCK_SIZE), np.float32)
+        for k, span in enumerate(spans):
+            used = span.table[:blocks_for(span.end)]
+            self.blocks[k, :len(used)] = used
+            self.blocks[k, len(used):] = used[0]
             self.mask[k, span.end:] = -np.inf
-        self.ones = np.ones((longest, 1), np.float32)
+        self.ones = np.ones((width * BLOCK_SIZE, 1), np.float32)
 
     @classmethod
     def of(cls, layout) -> "DecodeSteps":
@@ -138,12 +139,18 @@ class CachedAttention(cached_attention.CachedAttention):
         """The one-token spans: queries (kv_heads, spans, group, D) against their padded keys (kv_heads, spans,
         longest, D), one stack of products for the scores and one for the output."""
         count, dim = len(steps.rows), self.head_dim
+
+        def padded(pool_array):
+            """The spans' blocks of a pool array, (kv_heads, spans, blocks x BLOCK_SIZE, D): np.take copies whole
+            blocks several times faster than indexing copies slots."""
+            blocks = pool_array.reshape(self.num_kv_heads, -1, BLOCK_SIZE, dim)
+            return np.take(blocks, steps.blocks, axis=1).reshape(self.num_kv_heads, count, -1, dim)
+
         cache_k, cache_v = self.pool
         queries = q[steps.rows, :, steps.tokens].reshape(count, self.num_kv_heads, self.group, dim)
-        # np.take gathers the padded keys several times faster than indexing with the slots
-        scores = np.matmul(queries.transpose(1, 0, 2, 3), np.take(cache_k, steps.slots, axis=1).swapaxes(-1, -2))
+        scores = np.matmul(queries.transpose(1, 0, 2, 3), padded(cache_k).swapaxes(-1, -2))
         scores *= np.float32(1 / math.sqrt(dim))
         scores += steps.mask[:, None]
         softmax_rows(scores, np.empty(scores.shape[:-1] + (1,), np.float32), False, steps.ones)
-        attended = np.matmul(scores, np.take(cache_v, steps.slots, axis=1))  # (kv_heads, spans, group, D)
+        attended = np.matmul(scores, padded(cache_v))  # (kv_heads, spans, group, D)
         out[steps.rows, :, steps.tokens] = attended.transpose(1, 0, 2, 3).reshape(count, self.num_heads, dim)

@@ -205,8 +205,8 @@ def test_one_token_spans_attend_together_as_each_alone():
     _, positions, layout = pack(entries)
     steps = DecodeSteps(layout)
     assert (steps.apart, steps.rows.tolist(), steps.tokens.tolist()) == ([6], [0] * 6, list(range(6)))
-    assert steps.slots.shape == (6, 61)  # padded to the longest, 61 positions
-    assert np.isinf(steps.mask).sum() == sum(61 - (n + 1) for n in (60, 3, 17, 33, 1, 48))
+    assert steps.blocks.shape == (6, 4)  # padded to the most blocks, 4 for position 60
+    assert np.isinf(steps.mask).sum() == sum(64 - (n + 1) for n in (60, 3, 17, 33, 1, 48))
     pools = data(kv_heads, blocks * BLOCK_SIZE, dim), data(kv_heads, blocks * BLOCK_SIZE, dim)
     q, k, v = data(1, heads, 11, dim), data(1, kv_heads, 11, dim), data(1, kv_heads, 11, dim)
     outputs = {}
