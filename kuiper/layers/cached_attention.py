@@ -171,9 +171,19 @@ class CachedAttention(Layer):
         # (B, kv_heads, S, D) -> (kv_heads, B x S, D), the tokens in the layout's order
         cache_k[:, layout.slots] = k.transpose(1, 0, 2, 3).reshape(self.num_kv_heads, batch * tokens, dim)
         cache_v[:, layout.slots] = v.transpose(1, 0, 2, 3).reshape(self.num_kv_heads, batch * tokens, dim)
-        for span, read in zip(layout.spans, layout.reads):
-            at = slice(span.first, span.first + span.count)
-            self.attend(q[span.row, :, at], cache_k[:, read], cache_v[:, read], span.start, outputs[0][span.row, :, at])
+        self.attend_spans(q, layout, outputs[0])
+
+    def attend_spans(self, q: np.ndarray, layout: PageLayout, out: np.ndarray) -> None:
+        """Every span of the layout, one after the other (the numpy backend runs one-token spans together)."""
+        for index in range(len(layout.spans)):
+            self.attend_span(q, layout, index, out)
+
+    def attend_span(self, q: np.ndarray, layout: PageLayout, index: int, out: np.ndarray) -> None:
+        """Span `index` of the layout: its queries over its sequence's keys and values, read from the pool."""
+        cache_k, cache_v = self.pool
+        span, read = layout.spans[index], layout.reads[index]
+        at = slice(span.first, span.first + span.count)
+        self.attend(q[span.row, :, at], cache_k[:, read], cache_v[:, read], span.start, out[span.row, :, at])
 
     def attend(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, out: np.ndarray) -> None:
         """One span: q (num_heads, n, D) at positions start .. start + n - 1 over its sequence's keys and values

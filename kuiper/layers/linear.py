@@ -6,7 +6,9 @@ This numpy forward is the reference; the numpy backend shares its GEMM over kuip
 
 A language model needs only the last position's logits to choose the next token: while its `last_row_only` is
 set, a layer computes the last row of its output alone and leaves the others as they were (kuiper/llm/model.py
-sets it on lm_head for a prefill that generates).
+sets it on lm_head for a prefill that generates). A packed step of many sequences needs the last row of each:
+while `gather_rows` holds row indices, the numpy forwards compute those input rows alone, into the first rows
+of the output.
 """
 
 import numpy as np
@@ -20,6 +22,8 @@ class Features(Layer):
 
     #: compute the last row of the output alone (see the module docstring)
     last_row_only = False
+    #: or these input rows alone (an int array), into the output's first rows (numpy forwards)
+    gather_rows = None
 
     def __init__(self, op):
         super().__init__(op)
@@ -40,8 +44,11 @@ class Features(Layer):
 
     def rows(self, x: np.ndarray, y: np.ndarray) -> tuple:
         """(input rows, output rows) as matrices, every leading axis folded into the rows (views of contiguous
-        arrays): all of them, or the last alone while last_row_only is set."""
+        arrays): all of them, the last alone while last_row_only is set, or those of gather_rows (a copy) and
+        as many output rows from the first."""
         x, y = x.reshape(-1, self.in_features), y.reshape(-1, self.out_features)
+        if self.gather_rows is not None:
+            return x[self.gather_rows], y[:len(self.gather_rows)]
         return (x[-1:], y[-1:]) if self.last_row_only else (x, y)
 
     def add_bias(self, out: np.ndarray) -> None:

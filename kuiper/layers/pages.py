@@ -57,7 +57,7 @@ class Span:
 class PageLayout:
     """The spans of one forward over q of shape (rows, heads, tokens, head_dim), checked to cover every token
     once, each within its table; `device` keeps what a backend derives from it (the OpenCL layer's uploaded
-    indices), by runtime."""
+    indices, by runtime; the numpy layer's grouping of one-token spans)."""
 
     def __init__(self, spans, rows: int, tokens: int):
         self.spans, self.rows, self.tokens = tuple(spans), rows, tokens

@@ -164,20 +164,27 @@ class LanguageModel:
         self.sequence.length = start
         return self.forward_packed([(self.sequence, ids)])[0]
 
-    def forward_packed(self, entries) -> list:
+    def forward_packed(self, entries, last_rows: bool = False) -> list:
         """One graph forward for the new tokens of several sequences, [(Sequence, ids), ...], each continuing
         its sequence (paged.py): their logits, a (len(ids), vocab) array each, the sequences advanced. Each
-        sequence attends to its own positions only, so its logits are those of a forward of it alone."""
+        sequence attends to its own positions only, so its logits are those of a forward of it alone.
+        last_rows=True: each sequence's last row alone, (vocab,), all a step samples from; lm_head then computes
+        those rows alone on the numpy backends (the OpenCL Linear computes every row, or the last alone)."""
         tokens, positions, layout = pack(entries)
         for layer in self.attention:
             layer.use(layout)
-        (logits,) = self.graph.forward(tokens, positions)
-        rows, first = [], 0
+        ends = np.cumsum([len(ids) for _, ids in entries])
+        gather = last_rows and self.graph.backend != "opencl"
+        self._head.gather_rows = ends - 1 if gather else None
+        try:
+            (logits,) = self.graph.forward(tokens, positions)
+        finally:
+            self._head.gather_rows = None
         for sequence, ids in entries:
             sequence.length += len(ids)
-            rows.append(logits[0, first:first + len(ids)])
-            first += len(ids)
-        return rows
+        if last_rows:
+            return list(logits[0, :len(entries)] if gather else logits[0, ends - 1])
+        return np.split(logits[0], ends[:-1])
 
     def _prompt(self, ids) -> list:
         ids = [int(i) for i in ids]

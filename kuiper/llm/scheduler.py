@@ -207,14 +207,14 @@ class Scheduler:
                 budget -= len(chunk)
         if not entries:
             return
-        rows = self.lm.forward_packed([(g.sequence, ids) for g, ids in entries])
+        rows = self.lm.forward_packed([(g.sequence, ids) for g, ids in entries], last_rows=True)
         self.steps += 1
         for (generation, ids), logits in zip(entries, rows):
             if generation.next is None:
                 generation.fed += len(ids)
                 if generation.fed < len(generation.ids):
                     continue  # more of the prompt to come
-            self._sample(generation, logits[-1])
+            self._sample(generation, logits)
 
     def _sample(self, generation: Generation, logits: np.ndarray) -> None:
         token = next_token(logits, generation.options, generation.rng)

@@ -178,3 +178,66 @@ def test_a_packed_forward_gives_each_sequence_its_logits_alone(backend, device):
     for s in sequences:
         s.release()
     assert lm.blocks.held == 0
+
+
+def test_one_token_spans_attend_together_as_each_alone():
+    """The numpy layer runs a pack's one-token spans (decode steps) as one padded stack of products: six
+    sequences of different lengths through scattered tables, with a prompt's chunk beside them, equal the
+    reference layer's span-by-span attention over the same pool."""
+    from kuiper.cpu.cached_attention import DecodeSteps
+
+    heads, kv_heads, dim, blocks = 6, 2, 16, 40
+    made = {}
+    for backend in ("reference", "numpy"):
+        shapes = [(1, heads, 1, dim), (1, kv_heads, 1, dim), (1, kv_heads, 1, dim), (1,)]
+        layer = make_layer("kuiper.CachedAttention", backend=backend, input_shapes=shapes,
+                           params=dict(num_heads=heads, num_kv_heads=kv_heads, head_dim=dim, max_positions=128))
+        layer.use_pool(blocks)
+        made[backend] = layer
+    pool = BlockPool(blocks)
+    sequences = [Sequence(pool) for _ in range(7)]
+    for length in range(1, 61):  # grown together, a block at a time: every table scattered
+        for s, last in zip(sequences, (60, 3, 17, 33, 1, 48, 20)):
+            if length <= last:
+                s.reserve(length)
+                s.length = length
+    entries = [(s, [0]) for s in sequences[:6]] + [(sequences[6], [0] * 5)]
+    _, positions, layout = pack(entries)
+    steps = DecodeSteps(layout)
+    assert (steps.apart, steps.rows.tolist(), steps.tokens.tolist()) == ([6], [0] * 6, list(range(6)))
+    assert steps.blocks.shape == (6, 4)  # padded to the most blocks, 4 for position 60
+    assert np.isinf(steps.mask).sum() == sum(64 - (n + 1) for n in (60, 3, 17, 33, 1, 48))
+    pools = data(kv_heads, blocks * BLOCK_SIZE, dim), data(kv_heads, blocks * BLOCK_SIZE, dim)
+    q, k, v = data(1, heads, 11, dim), data(1, kv_heads, 11, dim), data(1, kv_heads, 11, dim)
+    outputs = {}
+    for backend, layer in made.items():
+        layer.use(layout)
+        layer.pool = tuple(p.copy() for p in pools)
+        (outputs[backend],) = layer.run_numpy(q, k, v, positions)
+    np.testing.assert_allclose(outputs["numpy"], outputs["reference"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:.*no OpenCL forward")
+@pytest.mark.parametrize("quantize", [None, "int8"])
+@pytest.mark.parametrize("backend, device", BACKENDS)
+def test_a_packed_steps_last_rows_are_those_of_the_full_logits(backend, device, quantize):
+    """last_rows=True, as the scheduler steps: lm_head computes each sequence's last row alone (numpy backends),
+    and those rows equal the full forward's, for prompts packed together and then for decode steps beside a
+    prompt."""
+    lm = kuiper.llm.load(TINY, backend=backend, device=device, cache_tokens=256, quantize=quantize)
+    prompts = [lm.tokenizer.encode(text) for text in ("Once upon a time", "The robot read every book", "Hi")]
+    results = {}
+    for last_rows in (False, True):
+        sequences = [Sequence(lm.blocks) for _ in prompts]
+        first = lm.forward_packed(list(zip(sequences[:2], prompts[:2])), last_rows=last_rows)
+        steps = [(s, [7 + i]) for i, s in enumerate(sequences[:2])] + [(sequences[2], prompts[2])]
+        second = lm.forward_packed(steps, last_rows=last_rows)
+        results[last_rows] = first, second
+        assert [s.length for s in sequences] == [len(prompts[0]) + 1, len(prompts[1]) + 1, len(prompts[2])]
+        for s in sequences:
+            s.release()
+    assert lm._head.gather_rows is None
+    for full, last in zip(*results.values()):
+        assert [row.shape for row in last] == [(lm.config.vocab_size,)] * len(full)
+        for rows, row in zip(full, last):
+            np.testing.assert_allclose(row, rows[-1], rtol=0, atol=1e-6 * np.abs(rows).max())

@@ -9,7 +9,9 @@ Both POSTs stream with "stream": true: server-sent events, one `data: {...}` per
 the finish reason (and one with the usage, if stream_options.include_usage), then `data: [DONE]`.
 
 Handlers run on the event loop and never touch the model: they check the request, tokenize it and hand a
-Generation to the scheduler, whose thread delivers the text back through loop.call_soon_threadsafe. A client that
+Generation to the scheduler, whose thread delivers the text back through a Mailbox: a step delivers a piece to
+every running generation, and the loop is woken once for all of them, not once a piece. A stream sends what
+has arrived for it since its last write as one write, each piece still an event of its own. A client that
 goes away, streaming or not, has its generation cancelled: the scheduler gives its blocks back before its next
 step. Every error is the API's error object: 400 for a bad request or one that can never fit, 401 without the
 API key, 404 for another model or path, 413 for a body over MAX_BODY, 429 with Retry-After when the queue is
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import threading
 
 from kuiper.app.serve.api import COMPLETION_MAX_TOKENS, ApiError, Parsed, chunk, completion, new_id, usage_chunk
 from kuiper.core.errors import KuiperError
@@ -32,6 +35,27 @@ MAX_BODY = 1 << 20
 RETRY_AFTER = 1
 
 
+class Mailbox:
+    """Pieces sent from the scheduler's thread to the queues of one event loop's handlers: the loop is woken for
+    the first piece since it last emptied the box, and moves all that arrived by then to their queues."""
+
+    def __init__(self, loop):
+        self.loop, self.pieces, self.lock = loop, [], threading.Lock()
+
+    def send(self, queue: asyncio.Queue, item) -> None:
+        with self.lock:
+            self.pieces.append((queue, item))
+            if len(self.pieces) > 1:
+                return  # the loop is woken already
+        self.loop.call_soon_threadsafe(self.empty)
+
+    def empty(self) -> None:
+        with self.lock:
+            pieces, self.pieces = self.pieces, []
+        for queue, item in pieces:
+            queue.put_nowait(item)
+
+
 def make_app(lm, scheduler, api_key: str | None = None):
     """The application serving `lm` through `scheduler`; with `api_key`, /v1/ wants `Authorization: Bearer KEY`."""
     from starlette.applications import Starlette
@@ -40,6 +64,7 @@ def make_app(lm, scheduler, api_key: str | None = None):
     from starlette.routing import Route
 
     name = lm.directory.name or str(lm.directory)
+    mailboxes = {}  # event loop -> its Mailbox (one loop serves the app)
 
     def error(e: ApiError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
@@ -88,8 +113,9 @@ def make_app(lm, scheduler, api_key: str | None = None):
             ids = prompt_ids(parsed)
             max_tokens = parsed.max_tokens or (lm.context - len(ids) if chat else COMPLETION_MAX_TOKENS)
             queue, loop = asyncio.Queue(), asyncio.get_running_loop()
+            mailbox = mailboxes.get(loop) or mailboxes.setdefault(loop, Mailbox(loop))
             generation = Generation(ids, max_tokens, parsed.options, parsed.seed, parsed.stop,
-                                    lambda piece, finish: loop.call_soon_threadsafe(queue.put_nowait, (piece, finish)))
+                                    lambda piece, finish: mailbox.send(queue, (piece, finish)))
             scheduler.submit(generation)
         except ApiError as e:
             return error(e)
@@ -142,12 +168,18 @@ def make_app(lm, scheduler, api_key: str | None = None):
         try:
             if parsed.chat:
                 yield sse(chunk(parsed, id, "", None, first=True))
-            while True:
+            finish = None
+            while not finish:
+                events = []
                 piece, finish = await queue.get()
-                if piece:
-                    yield sse(chunk(parsed, id, piece, None))
-                if finish:
-                    break
+                while True:  # and what else has arrived: one write
+                    if piece:
+                        events.append(sse(chunk(parsed, id, piece, None)))
+                    if finish or queue.empty():
+                        break
+                    piece, finish = queue.get_nowait()
+                if events:
+                    yield "".join(events)
             if finish in ("error", "cancelled"):
                 yield sse(ended(finish).body())
             else:
