@@ -14,7 +14,7 @@ from lesson_tools import RESNET, check_shell_commands, model_case, param_lines
 
 @pytest.fixture(scope="module")
 def resnet():
-    return kuiper.load(RESNET)
+    return kuiper.load(RESNET, backend="numpy")
 
 
 @pytest.fixture(scope="module")
