@@ -202,8 +202,8 @@ def test_the_commands_in_the_notes(capsys):
     finally:
         threads.set_num_threads(None)  # `kuiper run --threads 1` sets the count for the whole process
     assert "on reference, input" in outputs["kuiper run --backend reference --repeat 10"]
-    assert "on numpy, 1 thread(s)" in outputs["kuiper run --threads 1"]
+    assert "on numpy, 1 thread(s)" in outputs["kuiper run --backend numpy --threads 1"]
     for command, text in outputs.items():
         assert "matches the saved PyTorch output" in text, command
-    for command in ("kuiper run --backend reference --repeat 10", "kuiper run --repeat 10"):
+    for command in ("kuiper run --backend reference --repeat 10", "kuiper run --backend numpy --repeat 10"):
         assert "(median of 10)" in outputs[command]
