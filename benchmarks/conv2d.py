@@ -35,7 +35,7 @@ def main() -> None:
     import kuiper
     from kuiper.core.variants import shape_key
 
-    graph = kuiper.load(ROOT / "models" / "resnet18" / "resnet18.pnnx.param")
+    graph = kuiper.load(ROOT / "models" / "resnet18" / "resnet18.pnnx.param", backend="numpy")
     plan = graph.plan_for((args.batch, 3, 224, 224))
     rng = np.random.default_rng(0)
 

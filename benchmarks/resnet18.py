@@ -4,8 +4,9 @@
                                   [--engines numpy,torch] [--device SPEC] [--torch-device cpu|cuda]
                                   [--processes ROUNDS] [--json FILE]
 
-Engines: `numpy`, `opencl` (in-order queue), `opencl-levels` (levelized schedule on an out-of-order queue),
-`torch` (eager, on --torch-device; on CUDA with TF32 off so that both sides compute in fp32), `torch-graphs`
+Engines: `auto` (kuiper's default backend, kuiper/runtime/auto.py), `numpy`, `opencl` (in-order queue),
+`opencl-levels` (levelized schedule on an out-of-order queue), `torch` (eager, on --torch-device; on CUDA with
+TF32 off so that both sides compute in fp32), `torch-graphs`
 (the same captured once as a CUDA graph and replayed) and `onnxruntime` (CPU; benchmarks/onnx_engine.py). Every
 engine is timed end to end: the input comes from host memory and the logits go back to it.
 
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads")
-    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: numpy, opencl, opencl-levels, "
+    parser.add_argument("--engines", default="numpy,torch", help="comma-separated: auto, numpy, opencl, opencl-levels, "
                         "torch, torch-graphs, onnxruntime; "
                         "opencl@SPEC runs on the device SPEC names (opencl@Intel, opencl-levels@0:0); with "
                         "--processes, ENGINE=DIR runs ENGINE from the kuiper checkout in DIR")
@@ -160,8 +161,9 @@ def make_engine(name: str, args, x):
     options = ({"device": device or args.device, "schedule": schedule, "precision": args.precision}
                if backend == "opencl" else {})
     graph = kuiper.load(MODEL_DIR / "resnet18.pnnx.param", backend=backend, **{k: v for k, v in options.items() if v})
-    label = f"kuiper-{name}" + ("-fp16" if args.precision == "fp16" else "")
-    if backend == "opencl":
+    label = f"kuiper-{name}" + (f" ({graph.backend})" if backend == "auto" else "")
+    label += "-fp16" if args.precision == "fp16" else ""
+    if graph.backend == "opencl":
         from kuiper.opencl import describe
 
         device = graph.runtime.device

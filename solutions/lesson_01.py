@@ -26,5 +26,5 @@ def run_case(name: str, case: str) -> list:
     .npy inputs are (paths relative to models/). See course_notes/01-big-picture.md, exercise 2."""
     entry = json.loads((MODELS / "manifest.json").read_text())["models"][name]
     (found,) = [c for c in entry["cases"] if c["name"] == case]
-    graph = kuiper.load(MODELS / entry["param"])
+    graph = kuiper.load(MODELS / entry["param"], backend="numpy")
     return list(graph.forward(*[np.load(MODELS / path) for path in found["inputs"]]))

@@ -55,6 +55,16 @@ def tuning_cache_in_tmp(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def numpy_unless_named():
+    """The commands the tests run (`kuiper run`, `detect`, `generate`...) take the numpy backend where they name
+    none, as every Python call in the tests names its backend: the OpenCL tests name their devices, and
+    tests/runtime/test_auto.py tests the default itself (kuiper/runtime/auto.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KUIPER_BACKEND", "numpy")
+        yield
+
+
 def allocated_during(call) -> int:
     """The most bytes that allocations made during call() held at once (numpy reports its arrays to tracemalloc)."""
     tracemalloc.start()

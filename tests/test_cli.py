@@ -122,7 +122,7 @@ def test_inspect_allocates_nothing_and_prints_whole_cells_when_piped(capsys, mon
     status, out, _ = run(["inspect", "--input-shape", "64,3,1024,1024"], capsys)
     assert status == 0
     assert "64x3x1024x1024" in out and "64x64x512x512" in out and "…" not in out  # captured: not a terminal
-    graph = kuiper.RuntimeGraph(cli.default_model()).build(allocate=False)
+    graph = kuiper.RuntimeGraph(cli.default_model(), backend="numpy").build(allocate=False)
     needed = graph.planned_bytes(graph.layout_for((64, 3, 1024, 1024)))
     assert needed > 8 << 30  # more than this machine could spare, added up only
     assert f"a forward allocates {needed / 2**20:.2f} MiB (with the layers' work buffers)" in out
@@ -137,7 +137,7 @@ def test_run_json_reports_the_forward_and_save_writes_the_outputs(tmp_path, caps
     assert status == 0 and not err
     report = json.loads(out)
     (_, [x], [ref]), *_ = model_cases("resnet18")
-    y = kuiper.load(cli.default_model()).forward(x)[0]
+    y = kuiper.load(cli.default_model(), backend="numpy").forward(x)[0]
     assert report["model"] == str(cli.default_model()) and report["backend"] == "numpy"
     assert report["inputs"] == [[1, 3, 224, 224]] and report["repeat"] == 2 and report["forward_ms"] > 0
     [summary] = report["outputs"]
@@ -164,7 +164,7 @@ def test_inspect_json_gives_the_rows_totals_memory_and_fusion(capsys):
     status, out, _ = run(["inspect", "--json"], capsys)
     assert status == 0
     report = json.loads(out)
-    graph = RuntimeGraph(cli.default_model()).init()
+    graph = RuntimeGraph(cli.default_model(), backend="numpy").init()
     graph.build(allocate=False)
     plan = graph.layout_for((1, 3, 224, 224))
     rows = inspection.operator_rows(graph, plan)

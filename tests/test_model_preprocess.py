@@ -28,7 +28,7 @@ def run_json(argv, capsys) -> dict:
 
 def test_the_fashion_models_file_holds_its_training_preparation():
     prep = TRAINING["preparation"]
-    pre, names = model_preprocess.for_graph(PARAM, kuiper.load(PARAM))
+    pre, names = model_preprocess.for_graph(PARAM, kuiper.load(PARAM, backend="numpy"))
     assert pre == Preprocess(resize=prep["resize"], crop=prep["crop"], mean=(prep["mean"],), std=(prep["std"],),
                              channels=1)
     assert names == FASHION / "labels.txt"
@@ -78,7 +78,7 @@ def test_a_bad_file_is_one_line_naming_file_and_key(tmp_path, capsys, text, mess
     param = model_with(tmp_path, text)
     expected = f"{tmp_path / 'preprocess.json'}: " + message.format(dir=tmp_path)
     with pytest.raises(ConfigError) as caught:
-        model_preprocess.for_graph(param, kuiper.load(param))
+        model_preprocess.for_graph(param, kuiper.load(param, backend="numpy"))
     assert str(caught.value) == expected
     capsys.readouterr()
     assert main(["run", str(param), "--input", str(FASHION / "samples")]) == 1
@@ -91,4 +91,4 @@ def test_one_number_is_every_channels_and_a_model_without_a_file_keeps_the_defau
     assert rgb.applied_to(Preprocess.grayscale()).std == Preprocess().std  # RGB's default, not grayscale's
     param = MODELS / "resnet18" / "resnet18.pnnx.param"
     assert model_preprocess.read(param) is None
-    assert model_preprocess.for_graph(param, kuiper.load(param)) == (Preprocess(), None)
+    assert model_preprocess.for_graph(param, kuiper.load(param, backend="numpy")) == (Preprocess(), None)

@@ -84,8 +84,8 @@ def greedy(fp32, int8, prompt: list, new_tokens: int) -> dict:
 
 
 def measure(directory: Path, new_tokens: int, sdist) -> dict:
-    fp32 = kuiper.llm.load(directory)
-    int8 = kuiper.llm.load(directory, quantize="int8")
+    fp32 = kuiper.llm.load(directory, backend="numpy")
+    int8 = kuiper.llm.load(directory, backend="numpy", quantize="int8")
     prompt = fp32.tokenizer.encode("ROMEO.\n" if directory.name == SHIPPED.name else "The quick brown fox")
     result = {"model": directory.name, **greedy(fp32, int8, prompt, new_tokens)}
     if directory.resolve() == SHIPPED.resolve():

@@ -68,7 +68,7 @@ def _pixels(image) -> np.ndarray:
     return np.asarray(image)
 
 
-def load(param, bin_path=None, backend: str = "numpy", names=None, conf: float = 0.25, iou: float = 0.45,
+def load(param, bin_path=None, backend: str = "auto", names=None, conf: float = 0.25, iou: float = 0.45,
          max_det: int = 300, format: str | None = None, **options) -> Detector:
     """A Detector for the model at `param`; `options` go to kuiper.runtime.load (device, precision, ...)."""
     from kuiper.runtime.graph import load as load_graph

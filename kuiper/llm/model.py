@@ -1,6 +1,6 @@
 """A language model on kuiper's graph: load a checkpoint directory, then prefill and decode.
 
-    lm = kuiper.llm.load("path/to/model_dir")            # backend="numpy", "reference" or "opencl"
+    lm = kuiper.llm.load("path/to/model_dir")            # backend="auto", "numpy", "reference" or "opencl"
     ids = lm.tokenizer.encode("Once upon a time")
     logits = lm.logits(ids)                              # (len(ids), vocab): one prefill, from an empty cache
     new = lm.generate(ids, max_new_tokens=32)            # greedy; temperature=, top_k=, top_p=, seed=
@@ -69,18 +69,19 @@ class Timings:
         return self.rate(self.decode_tokens, self.decode_seconds)
 
 
-def load(path, backend: str = "numpy", device: str | None = None, precision: str = "fp32", context: int | None = None,
+def load(path, backend: str = "auto", device: str | None = None, precision: str = "fp32", context: int | None = None,
          memory_limit=None, cache_tokens: int | None = None, quantize: str | None = None) -> "LanguageModel":
     """Load a Hugging Face checkpoint directory (config.json, model.safetensors or shards, tokenizer.json).
     context: the positions a sequence may reach (default: the model's max_position_embeddings, at most
     DEFAULT_CONTEXT); cache_tokens: the positions the KV cache's pool holds for all sequences together (default
     and at least: context), in whole blocks; memory_limit: as RuntimeGraph's; quantize="int8": every Linear's
-    weights int8 with a scale per 32 inputs, quantized as the model loads (quantize.py)."""
+    weights int8 with a scale per 32 inputs, quantized as the model loads (quantize.py). backend="auto": as
+    kuiper.load's, this machine's fastest (kuiper/runtime/auto.py); `lm.graph.backend` says which it became."""
     return LanguageModel(path, backend, device, precision, context, memory_limit, cache_tokens, quantize)
 
 
 class LanguageModel:
-    def __init__(self, path, backend="numpy", device=None, precision="fp32", context=None, memory_limit=None,
+    def __init__(self, path, backend="auto", device=None, precision="fp32", context=None, memory_limit=None,
                  cache_tokens=None, quantize=None):
         self.quantize = check_scheme(quantize)
         self.directory = Path(path)

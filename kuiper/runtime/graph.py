@@ -38,8 +38,7 @@ from kuiper.core.errors import BackendError, ConfigError, GraphError, ShapeError
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
-from kuiper.runtime import checks, copies, fusion, memory, tied
-from kuiper.runtime.backends import BACKENDS
+from kuiper.runtime import auto, checks, copies, fusion, memory, tied
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
 from kuiper.core.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
     INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter,
@@ -63,11 +62,10 @@ class GraphState(IntEnum):
 class RuntimeGraph:
     """A PNNX model ready to run. See the module docstring for the life cycle."""
 
-    def __init__(self, param_path, bin_path=None, backend: str = "numpy", device: str | None = None,
+    def __init__(self, param_path, bin_path=None, backend: str = "auto", device: str | None = None,
                  schedule: str = "inorder", custom_ops=None, tuning: str | None = None, memory_limit=None,
                  max_plans: int = MAX_PLANS, precision: str = "fp32", text: str | None = None, weights=None):
-        if backend not in BACKENDS:
-            raise BackendError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
+        backend, device, self.choice = auto.settle(backend, device)  # what "auto" became, why (None: named)
         if schedule not in SCHEDULES:
             raise BackendError(f"unknown schedule {schedule!r} (available: {', '.join(SCHEDULES)})")
         if precision not in PRECISIONS:
@@ -85,13 +83,11 @@ class RuntimeGraph:
         # a graph written by a program: the .param's text (param_path names it) and a store of its weights in
         # place of a .bin (kuiper/pnnx/reader.py load; kuiper/llm/ writes a decoder so)
         self.text, self.weights = text, weights
-        self.backend = backend
-        self.device = device
-        self.schedule = schedule
-        self.precision = precision
+        self.backend, self.device, self.schedule, self.precision = backend, device, schedule, precision
         self.tuning = tuning_mode(tuning)  # how layers with kernel variants pick one per shape (opencl/tuning.py)
         if backend == "opencl":
-            self.executor = OpenCLExecutor(device, schedule, self.tuning, self.param_path, precision)
+            self.executor = OpenCLExecutor(device, schedule, self.tuning, self.param_path, precision,
+                                           warn=self.choice is None)
         else:
             self.executor = NumpyExecutor() if backend == "numpy" else ReferenceExecutor()
         # custom operator configs (kuiper/custom/): consulted before the registry, for this graph only
@@ -161,6 +157,16 @@ class RuntimeGraph:
     def build(self, allocate: bool = True) -> "RuntimeGraph":
         """allocate=False checks the shapes inferred at the recorded input shapes but makes no plan, so that
         the memory limit does not apply: for looking at a model (`kuiper inspect`), not running it."""
+        try:
+            return self._build(allocate)
+        except Exception as e:  # opencl chosen by default: a model it cannot build runs on numpy, `choice` says why
+            if self.choice is None or self.backend != "opencl":
+                raise
+            self.backend, self.device, self.choice = "numpy", None, self.choice.fallen_back(e)
+            self.executor, self.state, self._plans = NumpyExecutor(), GraphState.NEED_INIT, OrderedDict()
+            return self._build(allocate)
+
+    def _build(self, allocate: bool) -> "RuntimeGraph":
         if self.state == GraphState.NEED_INIT:
             self.init()
         if self.state == GraphState.COMPLETE:
@@ -386,8 +392,8 @@ class RuntimeGraph:
         return f"RuntimeGraph({Path(self.param_path).name}, {len(self.operators)} operators, {self.state.name})"
 
 
-def load(param_path, bin_path=None, backend: str = "numpy", **options) -> RuntimeGraph:
-    """Read, link and build a model in one call (options: device, schedule, tuning, precision for the opencl backend;
-    custom_ops, config files or directories of custom operators; memory_limit, the most bytes one plan may
-    ask for; max_plans, how many plans the graph keeps)."""
+def load(param_path, bin_path=None, backend: str = "auto", **options) -> RuntimeGraph:
+    """Read, link and build a model in one call (backend: "auto", this machine's fastest (runtime/auto.py), "numpy",
+    "reference" or "opencl"; options: device, schedule, tuning, precision for opencl; custom_ops, config files or
+    directories of custom operators; memory_limit, the most bytes one plan may ask for; max_plans)."""
     return RuntimeGraph(param_path, bin_path, backend=backend, **options).build()

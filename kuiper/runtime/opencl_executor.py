@@ -29,8 +29,10 @@ class OpenCLExecutor:
     fuses = True
     fused_class, chain_class = FusedLayer, CopyChain  # what the passes make
 
-    def __init__(self, device: str | None, schedule: str, tuning: str, where: str, precision: str = "fp32"):
+    def __init__(self, device: str | None, schedule: str, tuning: str, where: str, precision: str = "fp32",
+                 warn: bool = True):
         self.spec = device
+        self.warn = warn  # whether host fallbacks are warned of (not where opencl was chosen by default)
         self.precision = precision  # how float32 tensors are stored on the device (opencl/runtime.py)
         self.schedule = schedule
         self.tuning = tuning
@@ -55,7 +57,7 @@ class OpenCLExecutor:
                 op.layer.build_opencl(self.runtime)
             else:
                 self.host_fallbacks.append(op)
-        if self.host_fallbacks:
+        if self.host_fallbacks and self.warn:
             names = ", ".join(f"{op.name} ({op.type})" for op in self.host_fallbacks)
             warnings.warn(f"{self.where}: no OpenCL forward for {names}: these run on numpy, with their inputs "
                           f"downloaded and outputs uploaded", KuiperWarning, stacklevel=5)

@@ -109,7 +109,7 @@ def test_thread_count_from_the_environment(monkeypatch):
 
 def test_resnet_is_the_same_on_one_thread_and_on_three(monkeypatch):
     x = np.load("models/resnet18/b1_in0.npy")
-    graph = kuiper.load("models/resnet18/resnet18.pnnx.param")
+    graph = kuiper.load("models/resnet18/resnet18.pnnx.param", backend="numpy")
     monkeypatch.setattr(threads, "_count", 1)
     (one,) = graph.forward(x)
     monkeypatch.setattr(threads, "_count", 3)
@@ -147,7 +147,7 @@ def test_forwards_in_several_threads_of_yours_at_once(monkeypatch):
     before = blas_threads()
     x = np.load("models/resnet18/b1_in0.npy")
     want = np.load("models/resnet18/b1_out0.npy")
-    graphs = [kuiper.load("models/resnet18/resnet18.pnnx.param") for _ in range(2)]
+    graphs = [kuiper.load("models/resnet18/resnet18.pnnx.param", backend="numpy") for _ in range(2)]
     results, errors = {}, []
 
     def run(k):

@@ -53,7 +53,7 @@ def test_the_manifest_names_the_configs_the_model_needs():
 
 def test_without_its_config_the_model_does_not_build():
     with pytest.raises(UnsupportedOperatorError, match="no layer for 'ChannelScale' \\(operator channel_scale\\)"):
-        kuiper.load(PARAM)
+        kuiper.load(PARAM, backend="numpy")
 
 
 @pytest.mark.parametrize("configs", [[CHANNEL_SCALE], [EXAMPLES]], ids=["channel_scale", "both_examples"])
@@ -85,8 +85,8 @@ def test_an_override_stays_in_its_graph():
     the global registry keep the built-in layer."""
     param, bin_ = model_paths("act_zoo")
     (_, inputs, references), = model_cases("act_zoo")
-    overridden = kuiper.load(param, bin_, custom_ops=[LEAKY_CLAMP])
-    plain = kuiper.load(param, bin_)
+    overridden = kuiper.load(param, bin_, custom_ops=[LEAKY_CLAMP], backend="numpy")
+    plain = kuiper.load(param, bin_, backend="numpy")
     for graph, layer_type in ((overridden, CustomLayer), (plain, Hardtanh)):
         (op,) = [op for op in graph.operators if op.type == "nn.Hardtanh"]
         assert isinstance(op.layer, layer_type)  # the numpy backend may run a fast subclass (kuiper/cpu/)
@@ -98,16 +98,16 @@ def test_an_override_stays_in_its_graph():
 
 def test_the_environment_variable_names_files_and_directories(monkeypatch, tmp_path):
     monkeypatch.setenv(ENV_VAR, os.pathsep.join([str(EXAMPLES / "channel_scale"), "", str(LEAKY_CLAMP)]))
-    graph = kuiper.load(PARAM)
+    graph = kuiper.load(PARAM, backend="numpy")
     assert sorted(c.path.name for c in graph.custom_ops) == ["channel_scale.toml", "leaky_clamp.toml"]
     _, inputs, references = CASES[1]
     assert_matches_torch(graph.forward(*inputs), references)
     # the argument adds to the variable; naming a file again reads it once
-    assert len(kuiper.RuntimeGraph(PARAM, custom_ops=CHANNEL_SCALE).custom_ops) == 2
+    assert len(kuiper.RuntimeGraph(PARAM, custom_ops=CHANNEL_SCALE, backend="numpy").custom_ops) == 2
 
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "missing.toml"))
     with pytest.raises(kuiper.CustomOpError, match=rf"missing.toml: no such custom operator config \(from \${ENV_VAR}"):
-        kuiper.RuntimeGraph(PARAM)
+        kuiper.RuntimeGraph(PARAM, backend="numpy")
 
 
 @pytest.mark.usefixtures("cl_runtime")

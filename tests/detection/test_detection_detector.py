@@ -38,7 +38,7 @@ def test_samples_hold_objects_and_the_detector_finds_them():
 
 
 def test_detector_on_numpy_matches_ultralytics():
-    assert_detects_as_ultralytics(detection.load(MODEL, names=NAMES))
+    assert_detects_as_ultralytics(detection.load(MODEL, names=NAMES, backend="numpy"))
 
 
 def test_detector_on_opencl_matches_ultralytics(cl_runtime):
@@ -49,6 +49,6 @@ def test_detector_on_opencl_matches_ultralytics(cl_runtime):
 
 
 def test_a_graph_of_two_inputs_is_no_detector():
-    graph = kuiper.load(ROOT / "models" / "expr_two_inputs" / "expr_two_inputs.pnnx.param")
+    graph = kuiper.load(ROOT / "models" / "expr_two_inputs" / "expr_two_inputs.pnnx.param", backend="numpy")
     with pytest.raises(ShapeError, match="a detector takes one"):
         detection.Detector(graph)

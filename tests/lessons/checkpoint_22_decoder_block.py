@@ -107,7 +107,7 @@ def test_a_tiny_llama_of_your_parts_gives_kuipers_logits(checkpoint):
     the q, k, v projections split into heads, rotated, grouped-query attention, o_proj and the residual,
     RMSNorm, SwiGLU and the residual; the final RMSNorm and lm_head."""
     directory, config, w = checkpoint
-    lm = kuiper.llm.load(directory)
+    lm = kuiper.llm.load(directory, backend="numpy")
     ids = lm.tokenizer.encode("Once upon a time there was a robot")
     c = lm.config
     inv_freq = ex.rope_frequencies(c.head_dim, c.rope_theta, c.rope_scaling or None)

@@ -50,7 +50,7 @@ def test_kv_cache_bytes_of_real_models(name, positions, itemsize):
 
 
 def test_kv_cache_bytes_is_what_kuipers_layers_allocate(model):
-    lm = kuiper.llm.load(model, context=48)
+    lm = kuiper.llm.load(model, context=48, backend="numpy")
     layers = [op.layer for op in lm.graph.order if isinstance(op.layer, CachedAttention)]
     assert sum(layer.cache_bytes(1) for layer in layers) == ex.kv_cache_bytes(lm.config, 48)
     lm.logits([0, 5, 9])
@@ -114,7 +114,7 @@ class Counting:
 
 @pytest.mark.parametrize("prompt_text, new_tokens", [("Once upon a time", 12), ("It", 20), ("The robot read every", 1)])
 def test_tokens_processed_with_and_without_the_cache(model, prompt_text, new_tokens):
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     lm.eos_token_ids = frozenset()                # no early stop: every run makes new_tokens tokens
     prompt = lm.tokenizer.encode(prompt_text)
     counting = Counting(lm)

@@ -90,7 +90,7 @@ def test_sample_follows_the_distribution():
 def lm(tmp_path_factory):
     directory = tmp_path_factory.mktemp("lesson24") / "tiny"
     write_checkpoint(directory)
-    return kuiper.llm.load(directory)
+    return kuiper.llm.load(directory, backend="numpy")
 
 
 @pytest.mark.parametrize("options", [dict(), dict(temperature=1.0, seed=3), dict(temperature=0.8, top_k=40, seed=7),

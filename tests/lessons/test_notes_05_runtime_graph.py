@@ -33,7 +33,7 @@ def links_from_text(param):
 
 @pytest.mark.parametrize("param", MODEL_PARAMS, ids=lambda p: p.parent.name)
 def test_init_links_what_the_text_says(param):
-    graph = kuiper.RuntimeGraph(param).init()
+    graph = kuiper.RuntimeGraph(param, backend="numpy").init()
     inputs, outputs, successors = links_from_text(param)
     assert [op.name for op in graph.operators] == list(inputs)
     for op in graph.operators:
@@ -59,7 +59,7 @@ def test_init_links_what_the_text_says(param):
 def test_states_move_forward_only_through_init_and_build(tmp_path):
     path = tmp_path / "block.pnnx.param"
     path.write_text(BLOCK)
-    graph = kuiper.RuntimeGraph(path)
+    graph = kuiper.RuntimeGraph(path, backend="numpy")
     assert graph.state == GraphState.NEED_INIT == -2
     with pytest.raises(GraphError, match="call build"):
         graph.forward(np.zeros((1, 2, 3, 3), np.float32))
@@ -71,7 +71,7 @@ def test_states_move_forward_only_through_init_and_build(tmp_path):
     assert graph.input_operators == [graph.operators[0]]
     assert graph.output_operands == [graph.operands["d"]]
     # a fresh graph reaches COMPLETE through build() alone
-    assert kuiper.RuntimeGraph(path).build().state == GraphState.COMPLETE
+    assert kuiper.RuntimeGraph(path, backend="numpy").build().state == GraphState.COMPLETE
 
 
 def test_build_keeps_the_files_operators_on_the_reference_backend(tmp_path):
@@ -90,7 +90,7 @@ def test_the_fusion_pass_relinks_what_it_rewrites(tmp_path):
     both a and x, whose successors and the operands' consumers are linked anew."""
     path = tmp_path / "block.pnnx.param"
     path.write_text(BLOCK)
-    graph = kuiper.RuntimeGraph(path).build()
+    graph = kuiper.RuntimeGraph(path, backend="numpy").build()
     assert [op.name for op in graph.operators] == ["in0", "relu", "scale", "sig", "out0"]
     in0, relu, scale, sig, _ = graph.operators
     assert scale.type == "pnnx.Expression+pnnx.Expression" and [op.name for op in scale.absorbed] == ["scale", "add"]
@@ -109,7 +109,7 @@ def test_the_fusion_pass_relinks_what_it_rewrites(tmp_path):
 def test_mermaid_has_one_node_per_operator_and_one_edge_per_successor(tmp_path):
     path = tmp_path / "block.pnnx.param"
     path.write_text(BLOCK)
-    graph = kuiper.RuntimeGraph(path).init()
+    graph = kuiper.RuntimeGraph(path, backend="numpy").init()
     lines = inspection.mermaid(graph).splitlines()
     assert lines[0] == "flowchart TD"
     assert sum("-->" in line for line in lines) == sum(len(op.successors) for op in graph.operators) == 6
@@ -117,12 +117,12 @@ def test_mermaid_has_one_node_per_operator_and_one_edge_per_successor(tmp_path):
 
 
 def test_tuple_outputs_are_flattened_and_skip_connections_found():
-    pool = kuiper.RuntimeGraph(MODELS / "pool_zoo" / "pool_zoo.pnnx.param").init()
+    pool = kuiper.RuntimeGraph(MODELS / "pool_zoo" / "pool_zoo.pnnx.param", backend="numpy").init()
     tuple_line = next(t for t in param_lines(MODELS / "pool_zoo" / "pool_zoo.pnnx.param")
                       if t[0] == "prim::TupleConstruct")
     assert [o.name for o in pool.output_operands] == tuple_line[4:4 + int(tuple_line[2])]
 
-    resnet = kuiper.RuntimeGraph(RESNET).init()
+    resnet = kuiper.RuntimeGraph(RESNET, backend="numpy").init()
     shared = [o for o in resnet.operands.values() if len(o.consumers) > 1]
     assert len(shared) == 8
     # a skip connection ends in an add: one consumer of each shared operand is a pnnx.Expression or
@@ -133,7 +133,7 @@ def test_tuple_outputs_are_flattened_and_skip_connections_found():
 
 
 def test_attributes_stay_views_of_the_bin():
-    resnet = kuiper.RuntimeGraph(RESNET).init()
+    resnet = kuiper.RuntimeGraph(RESNET, backend="numpy").init()
     fc = next(op for op in resnet.operators if op.name == "fc")
     weight = fc.attrs["weight"]
     assert weight.shape == (1000, 512) and weight.dtype == "f32" and weight.nbytes == 1000 * 512 * 4
@@ -142,7 +142,7 @@ def test_attributes_stay_views_of_the_bin():
 
 
 def test_resnet_on_numpy_fuses_each_relu_into_its_convolution():
-    resnet = kuiper.load(RESNET)
+    resnet = kuiper.load(RESNET, backend="numpy")
     fused = next(op for op in resnet.operators if op.name == "convbn2d_1")
     assert [op.name for op in fused.absorbed] == ["convbn2d_1", "layer1.0.relu"]
     assert fused.successors == [next(op for op in resnet.operators if op.name == "convbn2d_2")]

@@ -89,7 +89,7 @@ def test_build_time_errors():
 
 def test_expr_two_inputs_matches_pytorch_and_the_stack_evaluator():
     param, inputs, expected = model_case("expr_two_inputs", "b2")
-    graph = kuiper.load(param)
+    graph = kuiper.load(param, backend="numpy")
     outputs = graph.forward(*inputs)
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

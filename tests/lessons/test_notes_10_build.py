@@ -133,16 +133,16 @@ def test_build_time_errors(tmp_path):
     todo = tmp_path / "todo.pnnx.param"
     todo.write_text(BLOCK.replace("nn.ReLU ", "nn.Mish ").replace("nn.Sigmoid", "nn.Softsign"))
     with pytest.raises(UnsupportedOperatorError, match=r"'nn\.Mish' \(operator relu\); 'nn\.Softsign'"):
-        kuiper.load(todo)
+        kuiper.load(todo, backend="numpy")
 
     bad = tmp_path / "bad.pnnx.param"
     bad.write_text(BLOCK.replace("#a=(1,2,3,3)", "#a=(1,2,3,4)"))
     with pytest.raises(ShapeError, match=r"bad\.pnnx\.param:4: .*'relu' infers shape \(1, 2, 3, 3\)"):
-        kuiper.load(bad)
+        kuiper.load(bad, backend="numpy")
 
     path = tmp_path / "block.pnnx.param"
     path.write_text(BLOCK)
-    cyclic = kuiper.RuntimeGraph(path).init()
+    cyclic = kuiper.RuntimeGraph(path, backend="numpy").init()
     scale, c = cyclic.operators[2], cyclic.operands["c"]
     scale.input_operands.append(c)
     c.consumers.append(scale)
@@ -156,7 +156,7 @@ def test_both_backends_run_the_files_operators_in_one_order():
     order to a breadth-first search over the text); after them, every operator of the file runs, alone or in a
     group, and the groups keep that order."""
     for param in MODEL_PARAMS:
-        reference, fast = kuiper.load(param, backend="reference"), kuiper.load(param)
+        reference, fast = kuiper.load(param, backend="reference"), kuiper.load(param, backend="numpy")
         order = [op.name for op in reference.order]
         assert order == [op.name for op in fast.unfused_order], param.name
         assert sorted(order) == sorted(op.name for op in reference.operators), param.name
@@ -243,7 +243,7 @@ FIRST_CASE = {name: entry["cases"][0]["name"] for name, entry in manifest()["mod
 
 @pytest.mark.parametrize("param", MODEL_PARAMS, ids=lambda p: p.parent.name)
 def test_the_fusion_pass_does_what_its_rules_allow_and_computes_the_same(param):
-    graph = kuiper.load(param)
+    graph = kuiper.load(param, backend="numpy")
     fused, in_place = inspection.fusion_summary(graph)
     want_fused, want_in_place = expected_fusion(param)
     assert {op.name: [a.name for a in op.absorbed] for op in fused} == want_fused
@@ -262,7 +262,7 @@ def test_resnet_fuses_every_relu_and_add_and_conv_zoo_works_in_place():
     assert len(fused) == 17 and sum(len(names) - 1 for names in fused.values()) == 17 + 8
     assert in_place == {"torch.flatten_0": "47"}  # the pooled (1, 512, 1, 1) read as (1, 512)
     assert fused["convbn2d_2"] == ["convbn2d_2", "pnnx_expr_14", "pnnx_unique_0"]
-    zoo = kuiper.load(MODELS / "conv_zoo" / "conv_zoo.pnnx.param")
+    zoo = kuiper.load(MODELS / "conv_zoo" / "conv_zoo.pnnx.param", backend="numpy")
     plan = next(iter(zoo.plans.values()))
     assert plan.aliases == {"13": "12"} and np.shares_memory(plan.tensors["13"].data, plan.tensors["12"].data)
     up_grouped = [k for k, op in enumerate(zoo.order) if op.name == "up_grouped"][0]

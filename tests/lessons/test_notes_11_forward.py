@@ -55,7 +55,7 @@ def test_trace_is_the_bfs_of_the_text_and_outputs_match_pytorch(name):
     graph = kuiper.load(param, backend="reference")
     outputs, events = traced(graph, *inputs)
     check_trace(graph, events)
-    assert [op.name for op in graph.order] == [op.name for op in kuiper.load(param).unfused_order]
+    assert [op.name for op in graph.order] == [op.name for op in kuiper.load(param, backend="numpy").unfused_order]
     assert all(op.meet_num == len(op.input_operands) for op in graph.operators)
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
@@ -67,7 +67,7 @@ def test_numpy_trace_is_the_bfs_of_the_fused_graph(name):
     readers in the file's order (a fused operator takes the place of the operators it absorbed), so they are
     read from the rewritten graph; the meet_num counting is recomputed."""
     param, inputs, expected = model_case(name, "b1" if name == "resnet18" else "b2")
-    graph = kuiper.load(param)
+    graph = kuiper.load(param, backend="numpy")
     outputs, events = traced(graph, *inputs)
     check_trace(graph, events)
     assert all(op.meet_num == len(op.input_operands) for op in graph.operators)
@@ -78,7 +78,7 @@ def test_numpy_trace_is_the_bfs_of_the_fused_graph(name):
 def test_tensors_are_handed_over_by_reference():
     """Each layer reads the very memory its producer wrote: record the data pointers layers see."""
     param, inputs, _ = model_case("unet_tiny", "b2")
-    graph = kuiper.load(param)
+    graph = kuiper.load(param, backend="numpy")
     seen = {}
     for op in graph.operators:
         if op.layer is None:
@@ -109,7 +109,7 @@ def test_tensors_are_handed_over_by_reference():
 
 def test_outputs_belong_to_the_caller_and_meet_num_resets():
     param, (x,), _ = model_case("pool_zoo", "b2")
-    graph = kuiper.load(param)
+    graph = kuiper.load(param, backend="numpy")
     first = [out.copy() for out in graph.forward(x)]
     kept = graph.forward(x)
     graph.forward(-x)
@@ -119,7 +119,7 @@ def test_outputs_belong_to_the_caller_and_meet_num_resets():
 
 
 def test_one_build_many_batch_sizes_one_plan_each():
-    graph = kuiper.load(RESNET)
+    graph = kuiper.load(RESNET, backend="numpy")
     assert len(graph.plans) == 1  # build() planned the shape recorded in the file, batch 1
     first = graph.plan_for((1, 3, 224, 224))
     _, (x,), (want,) = model_case("resnet18", "b3")  # (batch 1 itself is lesson 1's checkpoint)
@@ -141,7 +141,7 @@ def test_resnet_trace_shows_the_skip_connection_waiting(capsys):
     runs = [line.split()[1] for line in lines if line.startswith("run ")]
     assert runs == [op.name for op in kuiper.load(RESNET, backend="reference").order]
     # on numpy the add is part of convbn2d_2, which now waits for the skip connection
-    fused = outputs["kuiper run --trace"].splitlines()
+    fused = outputs["kuiper run --backend numpy --trace"].splitlines()
     assert [line.split()[-1] for line in fused if "probe convbn2d_2 " in line] == ["1/2", "2/2"]
     assert not any("pnnx_expr_14" in line for line in fused)
     for text in outputs.values():

@@ -14,7 +14,7 @@ from lesson_tools import RESNET, check_shell_commands, model_case, param_lines
 
 @pytest.fixture(scope="module")
 def resnet():
-    return kuiper.load(RESNET)
+    return kuiper.load(RESNET, backend="numpy")
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,8 @@ def test_activation_memory_of_the_liveness_plan(resnet, file_graph):
 
 def test_the_commands_in_the_notes(capsys, resnet):
     outputs = check_shell_commands(12, capsys)
-    reference, profile = outputs["kuiper run --backend reference --profile"], outputs["kuiper run --profile"]
+    reference = outputs["kuiper run --backend reference --profile"]
+    profile = outputs["kuiper run --backend numpy --profile"]
     for text in (reference, profile):
         assert "time per type" in text and "matches the saved PyTorch output" in text
     assert re.search(r"nn\.Conv2d\W+20\W", reference)  # the per-type table: 20 convolutions, 17 ReLUs

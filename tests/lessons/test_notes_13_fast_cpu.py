@@ -128,7 +128,7 @@ def lesson_rule(kernel, stride, padding, dilation, groups, out_hw):
 
 @pytest.mark.parametrize("batch", [1, 3])
 def test_the_rule_picks_what_the_lesson_says_for_resnet(batch):
-    resnet = kuiper.load(RESNET)
+    resnet = kuiper.load(RESNET, backend="numpy")
     plan = resnet.plan_for((batch, 3, 224, 224))
     by_size = {}
     convolutions = [op for op in resnet.order if op.type.startswith("nn.Conv2d")]
@@ -176,7 +176,7 @@ def test_parallel_gives_each_thread_one_slice():
 
 def test_the_fused_resnet_matches_the_reference_backend_and_pytorch():
     _, (x,), (want,) = model_case("resnet18", "b1")
-    fast, file = kuiper.load(RESNET), kuiper.load(RESNET, backend="reference")
+    fast, file = kuiper.load(RESNET, backend="numpy"), kuiper.load(RESNET, backend="reference")
     assert len(fast.order) == 26 and len(file.order) == 51
     assert sum(type(op.layer).__name__ == "FusedLayer" for op in fast.order) == 17
     (got,), (reference,) = fast.forward(x), file.forward(x)
@@ -202,8 +202,8 @@ def test_the_commands_in_the_notes(capsys):
     finally:
         threads.set_num_threads(None)  # `kuiper run --threads 1` sets the count for the whole process
     assert "on reference, input" in outputs["kuiper run --backend reference --repeat 10"]
-    assert "on numpy, 1 thread(s)" in outputs["kuiper run --threads 1"]
+    assert "on numpy, 1 thread(s)" in outputs["kuiper run --backend numpy --threads 1"]
     for command, text in outputs.items():
         assert "matches the saved PyTorch output" in text, command
-    for command in ("kuiper run --backend reference --repeat 10", "kuiper run --repeat 10"):
+    for command in ("kuiper run --backend reference --repeat 10", "kuiper run --backend numpy --repeat 10"):
         assert "(median of 10)" in outputs[command]

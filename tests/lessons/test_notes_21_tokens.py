@@ -120,7 +120,7 @@ def test_the_chat_template_from_either_file(model, tmp_path):
 
 
 def test_kuiper_chat_encodes_the_rendered_text_without_a_second_bos(model):
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     turns = [{"role": "user", "content": "Hello"}]
     ids = _fitting(lm, [], turns)
     text = lm.tokenizer.apply_chat_template(turns)
@@ -146,7 +146,7 @@ def test_streamed_pieces_join_to_the_decode_and_never_split_a_character(model, t
 
 
 def test_the_model_streams_only_pieces_that_are_not_empty(model):
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     pieces = list(lm.stream("Once upon a time", max_new_tokens=16, temperature=1.0, seed=1))
     assert pieces and all(pieces)
     assert "".join(pieces) == lm.tokenizer.decode(lm.generate(lm.tokenizer.encode("Once upon a time"),

@@ -58,7 +58,7 @@ def test_rms_norm_is_its_formula():
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_half_precision_weights_are_held_and_normalised_in_float32(tmp_path, dtype):
     write_checkpoint(tmp_path / dtype, dtype=dtype)
-    lm = kuiper.llm.load(tmp_path / dtype)
+    lm = kuiper.llm.load(tmp_path / dtype, backend="numpy")
     norms = [op.layer for op in lm.graph.order if isinstance(op.layer, RMSNorm)]
     assert len(norms) == 2 * 2 + 1 and all(n.scale.dtype == np.float32 for n in norms)
     assert lm.logits([0, 5, 9]).dtype == np.float32
@@ -148,7 +148,7 @@ def records(lm):
 
 
 def test_the_graph_kuiper_writes(tiny):
-    lm = kuiper.llm.load(tiny)
+    lm = kuiper.llm.load(tiny, backend="numpy")
     ops = records(lm)
     assert [op.type for op in ops if op.name.startswith("model.layers.0.")] == BLOCK
     assert [op.type for op in ops if op.name.startswith("model.layers.1.")] == BLOCK
@@ -187,7 +187,7 @@ def test_kuiper_inspect_shows_the_fused_block(tiny):
 ])
 def test_the_tensors_names_and_the_familys_variants(tmp_path, overrides, present, absent):
     config, held = write_checkpoint(tmp_path / "m", **overrides)
-    lm = kuiper.llm.load(tmp_path / "m")
+    lm = kuiper.llm.load(tmp_path / "m", backend="numpy")
     expected = expected_tensors(lm.config)
     assert set(expected) == set(held)
     for name in present:

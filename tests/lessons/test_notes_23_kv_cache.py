@@ -38,7 +38,7 @@ def caches(lm):
 
 
 def test_prefill_then_decode_steps_give_one_prefills_logits(model):
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     ids = lm.tokenizer.encode("Once upon a time there was a little robot")
     whole = lm.logits(ids)
     rows = [lm.forward(ids[:5], 0)]
@@ -47,7 +47,7 @@ def test_prefill_then_decode_steps_give_one_prefills_logits(model):
 
 
 def test_the_cache_changes_the_cost_not_the_tokens(model):
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     lm.eos_token_ids = frozenset()
     prompt = lm.tokenizer.encode("Once upon a time")
     ids = list(prompt)
@@ -60,7 +60,7 @@ def test_the_cache_changes_the_cost_not_the_tokens(model):
 
 
 def test_positions_rewinds_and_resets(model):
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     ids = lm.tokenizer.encode("Once upon a time there was")
     lm.logits(ids)
     layers = caches(lm)
@@ -81,7 +81,7 @@ def test_positions_rewinds_and_resets(model):
 
 
 def test_the_cache_is_allocated_whole_at_the_first_forward_and_counted_as_kept_workspace(model):
-    lm = kuiper.llm.load(model, context=40)
+    lm = kuiper.llm.load(model, context=40, backend="numpy")
     layers = caches(lm)
     assert all(layer.cache_k is None for layer in layers)
     assert all(layer.keeps_workspace and layer.max_positions == 40 for layer in layers)
@@ -108,21 +108,21 @@ def test_the_sizes_the_notes_give():
 def test_the_memory_check_counts_the_weights_and_the_cache_before_building(model):
     with pytest.raises(MemoryLimitError, match=r"weights in float32 \(141\.4 KiB\) and a KV cache of 64 positions "
                                                r"\(16\.0 KiB\) need 157\.4 KiB.*context= shrinks the cache"):
-        kuiper.llm.load(model, memory_limit=100_000)
-    assert kuiper.llm.load(model, context=16).context == 16
+        kuiper.llm.load(model, memory_limit=100_000, backend="numpy")
+    assert kuiper.llm.load(model, context=16, backend="numpy").context == 16
 
 
 def test_the_contexts_limits(tmp_path):
     write_checkpoint(tmp_path / "long", max_position_embeddings=10000)
-    assert kuiper.llm.load(tmp_path / "long").context == DEFAULT_CONTEXT == 4096
+    assert kuiper.llm.load(tmp_path / "long", backend="numpy").context == DEFAULT_CONTEXT == 4096
     write_checkpoint(tmp_path / "mistral", model_type="mistral", sliding_window=32)
-    assert kuiper.llm.load(tmp_path / "mistral").context == 32
+    assert kuiper.llm.load(tmp_path / "mistral", backend="numpy").context == 32
     with pytest.raises(ConfigError, match="context=40: give a whole number from 1 to 32 .*sliding_window"):
-        kuiper.llm.load(tmp_path / "mistral", context=40)
+        kuiper.llm.load(tmp_path / "mistral", context=40, backend="numpy")
 
 
 def test_generation_stops_at_the_end_of_the_context(model):
-    lm = kuiper.llm.load(model, context=16)
+    lm = kuiper.llm.load(model, context=16, backend="numpy")
     lm.eos_token_ids = frozenset()
     prompt = lm.tokenizer.encode("Once upon a time")
     assert len(lm.generate(prompt, max_new_tokens=50)) == 16 - len(prompt) + 1
@@ -130,7 +130,7 @@ def test_generation_stops_at_the_end_of_the_context(model):
 
 
 def test_generation_uses_two_plans(model):
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     assert MAX_PLANS == 8 and lm.graph.max_plans == MAX_PLANS
     lm.graph.clear_plans()
     prompt = lm.tokenizer.encode("Once upon a time")

@@ -102,17 +102,17 @@ def test_the_options_are_checked(options, message):
 
 def test_where_the_end_of_sequence_ids_come_from(tmp_path):
     write_checkpoint(tmp_path / "config", eos_token_id=[1, 7])
-    assert kuiper.llm.load(tmp_path / "config").eos_token_ids == {1, 7}
+    assert kuiper.llm.load(tmp_path / "config", backend="numpy").eos_token_ids == {1, 7}
     write_checkpoint(tmp_path / "generation", eos_token_id=1)
     (tmp_path / "generation" / "generation_config.json").write_text(json.dumps({"eos_token_id": [9, 11]}))
-    assert kuiper.llm.load(tmp_path / "generation").eos_token_ids == {9, 11}          # generation_config.json wins
+    assert kuiper.llm.load(tmp_path / "generation", backend="numpy").eos_token_ids == {9, 11}  # generation_config.json wins
     write_checkpoint(tmp_path / "tokenizer", eos_token_id=None)
-    assert kuiper.llm.load(tmp_path / "tokenizer").eos_token_ids == {1}                # the tokenizer's </s>
+    assert kuiper.llm.load(tmp_path / "tokenizer", backend="numpy").eos_token_ids == {1}  # the tokenizer's </s>
 
 
 def test_generation_stops_at_eos_max_new_tokens_or_the_context(tmp_path):
     write_checkpoint(tmp_path / "m")
-    lm = kuiper.llm.load(tmp_path / "m")
+    lm = kuiper.llm.load(tmp_path / "m", backend="numpy")
     prompt = lm.tokenizer.encode("Once upon a time")
     lm.eos_token_ids = frozenset()
     free = lm.generate(prompt, max_new_tokens=30, temperature=1.0, seed=4)
@@ -120,7 +120,7 @@ def test_generation_stops_at_eos_max_new_tokens_or_the_context(tmp_path):
     lm.eos_token_ids = frozenset({free[3]})
     stopped = lm.generate(prompt, max_new_tokens=30, temperature=1.0, seed=4)
     assert stopped == free[:free.index(free[3])] and free[3] not in stopped
-    lm = kuiper.llm.load(tmp_path / "m", context=20)
+    lm = kuiper.llm.load(tmp_path / "m", context=20, backend="numpy")
     lm.eos_token_ids = frozenset()
     assert len(lm.generate(prompt, max_new_tokens=30, temperature=1.0, seed=4)) == 20 - len(prompt) + 1
 

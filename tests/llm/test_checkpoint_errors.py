@@ -44,14 +44,14 @@ def edit_config(directory, **changes):
 
 def fails(directory, pattern):
     with pytest.raises(CheckpointError, match=pattern) as caught:
-        kuiper.llm.load(directory)
+        kuiper.llm.load(directory, backend="numpy")
     assert "\n" not in str(caught.value)
     return str(caught.value)
 
 
 def test_the_good_checkpoints_load(good):
     for directory in good:
-        assert kuiper.llm.load(directory).generate([0, 5, 9], max_new_tokens=2)
+        assert kuiper.llm.load(directory, backend="numpy").generate([0, 5, 9], max_new_tokens=2)
 
 
 def test_not_a_directory(tmp_path):
@@ -100,7 +100,7 @@ def test_missing_lm_head_when_not_tied(model):
     rewrite_without(model, "lm_head.weight")
     fails(model, "tensor lm_head.weight is missing")
     edit_config(model, tie_word_embeddings=True)  # tied, the embedding serves: it loads
-    assert kuiper.llm.load(model).config.tie_word_embeddings
+    assert kuiper.llm.load(model, backend="numpy").config.tie_word_embeddings
 
 
 def test_tensor_of_the_wrong_shape(model):
@@ -171,7 +171,7 @@ def test_tokenizer_larger_than_the_embedding(tmp_path):
 
 
 def test_prompt_too_long(model):
-    lm = kuiper.llm.load(model, context=8)
+    lm = kuiper.llm.load(model, context=8, backend="numpy")
     with pytest.raises(KuiperError, match=r"the prompt has 9 tokens, more than the 8 positions of the context"):
         lm.generate(list(range(9)))
 

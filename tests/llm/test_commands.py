@@ -29,7 +29,7 @@ def test_generate_prints_the_text_then_the_rates(model, capsys):
     status, out, err = run(["generate", str(model), "--prompt", "Once upon", "--max-new-tokens", "12",
                             "--seed", "3"], capsys)
     assert status == 0
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     new = lm.generate(lm.tokenizer.encode("Once upon"), max_new_tokens=12, temperature=0.8, top_p=0.95, seed=3)
     assert out == "Once upon" + lm.tokenizer.decode(new, skip_special_tokens=True) + "\n"
     assert err.startswith(f"prefill: {len(lm.tokenizer.encode('Once upon'))} tokens, ")
@@ -40,7 +40,7 @@ def test_generate_json(model, capsys):
     status, out, _ = run(["generate", str(model), "--prompt", "Once upon", "--max-new-tokens", "5",
                           "--temperature", "0", "--backend", "reference", "--json"], capsys)
     result = json.loads(out)
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     ids = lm.tokenizer.encode("Once upon")
     assert status == 0 and result["prompt_tokens"] == ids and result["tokens"] == lm.generate(ids, max_new_tokens=5)
     assert result["text"] == lm.tokenizer.decode(result["tokens"], skip_special_tokens=True)
@@ -78,7 +78,7 @@ def test_chat_answers_each_line_until_the_end_of_input(model, capsys, monkeypatc
     lines = out.split("\n")
     assert lines[0] == "> Hello there" and "> Tell me more" in lines and out.rstrip().endswith(">")
     # the first reply is the model's greedy answer to the rendered conversation
-    lm = kuiper.llm.load(model)
+    lm = kuiper.llm.load(model, backend="numpy")
     text = lm.tokenizer.apply_chat_template([{"role": "user", "content": "Hello there"}])
     reply = lm.tokenizer.decode(lm.generate(lm.tokenizer.encode(text, add_special_tokens=False), max_new_tokens=6),
                                 skip_special_tokens=True)
@@ -100,7 +100,7 @@ def test_inspect_a_model_directory(model, capsys):
     status, out, _ = run(["inspect", str(model), "--json", "--backend", "reference", "--input-shape", "1,5"], capsys)
     report = json.loads(out)
     assert report["kv_cache_bytes_per_token"] == 2 * 2 * 2 * 8 * 4  # K and V, layers, KV heads, head_dim, float32
-    assert report["parameters"] == kuiper.llm.load(model).parameters and report["prompt_tokens"] == 5
+    assert report["parameters"] == kuiper.llm.load(model, backend="numpy").parameters and report["prompt_tokens"] == 5
     types = [row["type"] for row in report["rows"]]
     assert types.count("kuiper.CachedAttention") == 2 and types.count("nn.RMSNorm") == 5
     embedding = next(row for row in report["rows"] if row["type"] == "nn.Embedding")

@@ -54,10 +54,11 @@ def test_a_graph_from_text_with_weights_from_a_store(backend):
 
 def test_a_missing_weight_is_the_stores_error():
     with pytest.raises(PnnxFormatError, match=r"in memory: no places.weight \(gpt.pnnx.param:6\)"):
-        RuntimeGraph("gpt.pnnx.param", text=TEXT, weights=Store({"tokens.weight": WEIGHTS["tokens.weight"]})).init()
+        RuntimeGraph("gpt.pnnx.param", text=TEXT, weights=Store({"tokens.weight": WEIGHTS["tokens.weight"]}),
+                     backend="numpy").init()
 
 
 def test_an_error_in_the_text_names_its_line():
     with pytest.raises(PnnxFormatError, match=r"gpt.pnnx.param:4: operator positions"):
         RuntimeGraph("gpt.pnnx.param", text=TEXT.replace("0 1 pos end=4", "0 1 pos end=4 end=5"),
-                     weights=Store(WEIGHTS)).init()
+                     weights=Store(WEIGHTS), backend="numpy").init()

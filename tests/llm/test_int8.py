@@ -54,7 +54,7 @@ def test_int8_model_is_the_float_model_with_dequantized_weights(name, backend, d
 
 
 def test_the_quantized_weights_are_the_checkpoints_within_half_a_step():
-    lm = kuiper.llm.load(SHAKESPEARE, quantize="int8")
+    lm = kuiper.llm.load(SHAKESPEARE, quantize="int8", backend="numpy")
     op = next(op for op in lm.graph.order if op.name == "model.layers.2.mlp.down_proj")
     weight = float_weight(lm.weights, "model.layers.2.mlp.down_proj.weight")
     layer = op.layer
@@ -72,20 +72,20 @@ def test_the_quantized_weights_are_the_checkpoints_within_half_a_step():
 
 def test_int8_weights_take_a_quarter_of_the_memory():
     """A memory limit between the int8 model's need and the float model's: int8 loads, float32 is refused."""
-    lm = kuiper.llm.load(SHAKESPEARE, quantize="int8", context=64)
+    lm = kuiper.llm.load(SHAKESPEARE, quantize="int8", context=64, backend="numpy")
     layers = [op.layer for op in lm.graph.order if isinstance(op.layer, Int8Linear)]
     int8_bytes = sum(layer.qweight.nbytes + layer.scales.nbytes for layer in layers)
     assert int8_bytes < 0.3 * 4 * sum(layer.qweight.size for layer in layers)  # float32: 4 bytes a weight
     limit = 10 << 20  # float32 weights: 15.8 MB, and lm_head's (tied) 4.2 MB
-    kuiper.llm.load(SHAKESPEARE, quantize="int8", context=64, memory_limit=limit)
+    kuiper.llm.load(SHAKESPEARE, quantize="int8", context=64, memory_limit=limit, backend="numpy")
     with pytest.raises(MemoryLimitError, match="the weights in float32"):
-        kuiper.llm.load(SHAKESPEARE, context=64, memory_limit=limit)
+        kuiper.llm.load(SHAKESPEARE, context=64, memory_limit=limit, backend="numpy")
 
 
 @pytest.mark.parametrize("quantize", ["int4", "INT8", 8, True])
 def test_unknown_schemes_are_refused(quantize):
     with pytest.raises(ConfigError, match="quantize="):
-        kuiper.llm.load(SHAKESPEARE, quantize=quantize)
+        kuiper.llm.load(SHAKESPEARE, quantize=quantize, backend="numpy")
 
 
 def test_generate_quantize_int8_on_the_command_line():
@@ -94,5 +94,5 @@ def test_generate_quantize_int8_on_the_command_line():
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     tokens = json.loads(done.stdout)["tokens"]
-    lm = kuiper.llm.load(SHAKESPEARE, quantize="int8")
+    lm = kuiper.llm.load(SHAKESPEARE, quantize="int8", backend="numpy")
     assert tokens == lm.generate(lm.tokenizer.encode("ROMEO."), max_new_tokens=8)

@@ -278,7 +278,7 @@ def test_a_decoder_block_runs_on_the_device_alone(tmp_path):
     runs = [range(0, 7), [7], [8], [9]]  # a prefill of 7 tokens, then three decode steps
     ids = rng.integers(0, 50, (1, 10))
     feeds = [(ids[:, r[0]:r[0] + len(r)], np.array(r)) for r in runs]
-    on_host = kuiper.load(path)
+    on_host = kuiper.load(path, backend="numpy")
     expected = [on_host.forward(*feed)[0] for feed in feeds]
     for spec in OPENCL_DEVICES:
         for precision in ("fp32", "fp16") if spec == OPENCL_DEVICES[0] else ("fp32",):

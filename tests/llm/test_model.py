@@ -86,11 +86,11 @@ def test_logits_and_greedy_tokens_on_every_opencl_device(checkpoints, variant, b
 
 
 def test_the_config_shapes_the_graph(checkpoints):
-    lm = kuiper.llm.load(checkpoints["mistral_window"][0])
+    lm = kuiper.llm.load(checkpoints["mistral_window"][0], backend="numpy")
     assert lm.context == 24  # the sliding window bounds what attention sees, and so the cache
     attention = lm.attention[0]
     assert (attention.num_heads, attention.num_kv_heads, attention.max_positions) == (4, 4, 24)
-    lm = kuiper.llm.load(checkpoints["qwen2_tied"][0], context=16)
+    lm = kuiper.llm.load(checkpoints["qwen2_tied"][0], context=16, backend="numpy")
     assert lm.context == 16 and "lm_head.weight" in lm.weights.aliases
     written = kuiper.pnnx.parse_param("decoder.pnnx.param", lm.param_text).operators  # in the order written
     block = [op.type for op in written if op.name.startswith("model.layers.0.")]
@@ -104,7 +104,7 @@ def test_the_config_shapes_the_graph(checkpoints):
 
 
 def test_prefill_and_decode_keep_a_plan_each(checkpoints):
-    lm = kuiper.llm.load(checkpoints["llama_gqa"][0])
+    lm = kuiper.llm.load(checkpoints["llama_gqa"][0], backend="numpy")
     ids = lm.tokenizer.encode(PROMPT)
     lm.generate(ids, max_new_tokens=6)
     shapes = {tuple(shape for shape, _ in key) for key in lm.graph.plans}
@@ -116,7 +116,7 @@ def test_prefill_and_decode_keep_a_plan_each(checkpoints):
 
 def test_generation_stops_at_eos_and_at_the_end_of_the_context(checkpoints):
     directory, config, weights = checkpoints["llama_gqa"]
-    lm = kuiper.llm.load(directory, context=14)
+    lm = kuiper.llm.load(directory, context=14, backend="numpy")
     ids = lm.tokenizer.encode(PROMPT)[:7]
     first = lm.generate(ids, max_new_tokens=20)
     assert len(first) == 14 - 7 + 1  # the last token is chosen from the logits at the context's last position
@@ -131,13 +131,13 @@ def test_generation_config_eos_takes_precedence(checkpoints, tmp_path):
     for file in directory.iterdir():
         (tmp_path / file.name).write_bytes(file.read_bytes())
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 9]}))
-    assert kuiper.llm.load(tmp_path).eos_token_ids == {7, 9}
-    assert kuiper.llm.load(directory).eos_token_ids == {json.loads((directory / "config.json").read_text())[
-        "eos_token_id"]}
+    assert kuiper.llm.load(tmp_path, backend="numpy").eos_token_ids == {7, 9}
+    eos = json.loads((directory / "config.json").read_text())["eos_token_id"]
+    assert kuiper.llm.load(directory, backend="numpy").eos_token_ids == {eos}
 
 
 def test_a_prompt_longer_than_the_context_is_refused(checkpoints):
-    lm = kuiper.llm.load(checkpoints["llama_gqa"][0], context=4)
+    lm = kuiper.llm.load(checkpoints["llama_gqa"][0], context=4, backend="numpy")
     ids = lm.tokenizer.encode(PROMPT)[:7]
     with pytest.raises(InputError, match=r"the prompt has 7 tokens, more than the 4 positions of the context"):
         lm.logits(ids)
@@ -152,7 +152,7 @@ def test_a_prompt_longer_than_the_context_is_refused(checkpoints):
     (dict(top_p=1.5), "top_p=1.5"), (dict(max_new_tokens=-1), "max_new_tokens=-1"),
 ])
 def test_bad_options_are_one_line_errors(checkpoints, options, message):
-    lm = kuiper.llm.load(checkpoints["llama_gqa"][0])
+    lm = kuiper.llm.load(checkpoints["llama_gqa"][0], backend="numpy")
     with pytest.raises(ConfigError, match=message):
         lm.generate([1, 2, 3], **options)
 
@@ -160,9 +160,9 @@ def test_bad_options_are_one_line_errors(checkpoints, options, message):
 def test_bad_load_options(checkpoints):
     directory = checkpoints["llama_gqa"][0]
     with pytest.raises(ConfigError, match=r"context=65: give a whole number from 1 to 64 .*max_position_embeddings"):
-        kuiper.llm.load(directory, context=65)
+        kuiper.llm.load(directory, context=65, backend="numpy")
     with pytest.raises(ConfigError, match="precision fp16 needs the opencl backend"):
-        kuiper.llm.load(directory, precision="fp16")
+        kuiper.llm.load(directory, precision="fp16", backend="numpy")
     with pytest.raises(kuiper.BackendError, match="unknown backend 'gpu'"):
         kuiper.llm.load(directory, backend="gpu")
 
@@ -170,4 +170,4 @@ def test_bad_load_options(checkpoints):
 def test_memory_is_checked_before_anything_is_allocated(checkpoints):
     with pytest.raises(MemoryLimitError, match=r"config.json: the weights in float32 .* and a KV cache of 64 positions "
                                                r".* over the memory limit of 64.0 KiB"):
-        kuiper.llm.load(checkpoints["llama_gqa"][0], context=64, memory_limit="64K")
+        kuiper.llm.load(checkpoints["llama_gqa"][0], context=64, memory_limit="64K", backend="numpy")

@@ -143,7 +143,7 @@ def test_sentencepiece_style_spaces_survive_streaming():
 
 
 def test_the_models_stream_is_its_generated_text(checkpoint):
-    lm = kuiper.llm.load(checkpoint)
+    lm = kuiper.llm.load(checkpoint, backend="numpy")
     prompt = "Once upon a time"
     pieces = list(lm.stream(prompt, max_new_tokens=24, temperature=1.0, seed=5))
     ids = lm.tokenizer.encode(prompt)

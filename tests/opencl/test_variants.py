@@ -47,7 +47,8 @@ def load(param, rt, **options):
 
 def check_outputs(graph, param, shape):
     x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
-    np.testing.assert_allclose(graph.forward(x)[0], kuiper.load(param).forward(x)[0], rtol=1e-6, atol=1e-6)
+    on_numpy = kuiper.load(param, backend="numpy")
+    np.testing.assert_allclose(graph.forward(x)[0], on_numpy.forward(x)[0], rtol=1e-6, atol=1e-6)
 
 
 def test_by_rule_each_new_shape_gets_its_variant_when_its_plan_is_made(cl_runtime, bn_model):
@@ -151,10 +152,10 @@ def test_where_the_cache_lives(monkeypatch, tmp_path):
 
 def test_unknown_tuning_is_a_backend_error(bn_model, monkeypatch):
     with pytest.raises(BackendError, match="unknown tuning 'fast' .*available: rule, measure"):
-        kuiper.RuntimeGraph(bn_model, tuning="fast")
+        kuiper.RuntimeGraph(bn_model, tuning="fast", backend="numpy")
     monkeypatch.setenv("KUIPER_TUNING", "fastest")
     with pytest.raises(BackendError, match="'fastest' \\(from KUIPER_TUNING\\)"):
-        kuiper.RuntimeGraph(bn_model)
+        kuiper.RuntimeGraph(bn_model, backend="numpy")
 
 
 def test_the_profile_shows_each_operators_variant(cl_runtime, bn_model, capsys):
@@ -164,6 +165,6 @@ def test_the_profile_shows_each_operators_variant(cl_runtime, bn_model, capsys):
                      "--profile"]) == 0
     table = capsys.readouterr().out.split("time per operator")[1].split("time per type")[0]
     assert "variant" in table and rule(SHAPE, cl_runtime.is_cpu) in table
-    graph = kuiper.load(bn_model)
+    graph = kuiper.load(bn_model, backend="numpy")
     graph.forward(np.zeros(SHAPE, np.float32), profile=True)
     assert graph.last_variants == {}  # numpy has no kernels to choose from

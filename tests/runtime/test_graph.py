@@ -36,7 +36,7 @@ def branchy(tmp_path):
 
 
 def test_states_and_forward_before_build(branchy):
-    g = kuiper.RuntimeGraph(branchy)
+    g = kuiper.RuntimeGraph(branchy, backend="numpy")
     assert g.state == GraphState.NEED_INIT
     with pytest.raises(GraphError, match="build"):
         g.forward(np.zeros((1, 2, 3, 3), np.float32))
@@ -59,7 +59,7 @@ def test_branchy_graph_forward_and_meet_num(branchy):
 
 
 def test_tensors_are_handed_over_by_reference(branchy):
-    g = kuiper.load(branchy)
+    g = kuiper.load(branchy, backend="numpy")
     g.forward(np.ones((1, 2, 3, 3), np.float32))
     relu = next(op for op in g.operators if op.name == "relu")
     for succ in relu.successors:
@@ -104,14 +104,14 @@ def test_unknown_backend_is_a_clear_error(branchy):
 def test_unsupported_operator_names_type_and_operator(tmp_path):
     path = tmp_path / "m.pnnx.param"
     path.write_text(BRANCHY.replace("nn.ReLU                  relu", "nn.Mystery               relu"))
-    g = kuiper.RuntimeGraph(path).init()
+    g = kuiper.RuntimeGraph(path, backend="numpy").init()
     assert g.missing_types() == {"nn.Mystery": ["relu"]}
     with pytest.raises(UnsupportedOperatorError, match="'nn.Mystery' \\(operator relu\\)"):
         g.build()
 
 
 def test_cycle_is_found_at_build_not_in_forward(branchy):
-    g = kuiper.RuntimeGraph(branchy).init()
+    g = kuiper.RuntimeGraph(branchy, backend="numpy").init()
     ops = {op.name: op for op in g.operators}
     # feed relu from add's output: relu -> add -> relu is a cycle nobody can start
     ops["relu"].input_operands = [ops["add"].output_operand]
@@ -122,7 +122,7 @@ def test_cycle_is_found_at_build_not_in_forward(branchy):
 
 
 def test_input_checks(branchy):
-    g = kuiper.load(branchy)
+    g = kuiper.load(branchy, backend="numpy")
     good = np.zeros((1, 2, 3, 3), np.float32)
     with pytest.raises(InputError, match="takes 1 input"):
         g.forward(good, good)
@@ -140,7 +140,7 @@ def test_input_checks(branchy):
 
 
 def test_other_batch_and_spatial_sizes_get_their_own_plan(branchy):
-    g = kuiper.load(branchy)
+    g = kuiper.load(branchy, backend="numpy")
     for shape in [(3, 2, 5, 4), (1, 2, 3, 3), (3, 2, 5, 4)]:
         x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
         (out,) = g.forward(x)
@@ -151,7 +151,7 @@ def test_other_batch_and_spatial_sizes_get_their_own_plan(branchy):
 def test_wrong_channel_count_is_an_input_error_naming_the_input_and_shapes():
     from conftest import model_paths
 
-    g = kuiper.load(*model_paths("resnet18"))
+    g = kuiper.load(*model_paths("resnet18"), backend="numpy")
     with pytest.raises(InputError, match=r"'pnnx_input_0' expected \(1,3,224,224\), given \(1,4,224,224\).*convbn2d_0"):
         g.forward(np.zeros((1, 4, 224, 224), np.float32))
 
@@ -159,7 +159,7 @@ def test_wrong_channel_count_is_an_input_error_naming_the_input_and_shapes():
 def test_inspect_style_plan_at_another_batch_reports_memory():
     from conftest import model_paths
 
-    g = kuiper.load(*model_paths("resnet18"))
+    g = kuiper.load(*model_paths("resnet18"), backend="numpy")
     plan1, plan8 = g.plan_for((1, 3, 224, 224)), g.plan_for((8, 3, 224, 224))
     assert plan8.shapes[g.output_operands[0].name] == (8, 1000)
     # liveness planning shares buffers: far less than one buffer per tensor, and it scales with the batch
@@ -203,7 +203,7 @@ def aliases(graph) -> dict:
 def test_activations_overwrite_inputs_nothing_else_reads_and_fuse_into_producers(tmp_path):
     path = tmp_path / "in_place.pnnx.param"
     path.write_text(IN_PLACE)
-    g = kuiper.load(path)
+    g = kuiper.load(path, backend="numpy")
     # r0 reads the caller's array, c is also read by cat, g is returned to the caller: those keep their own.
     # e1's fast layer applies r1's ReLU itself; h's producer r2 (a ReLU) cannot take the clamp: h works in place
     assert fused_ops(g) == {"e1": ["e1", "r1"]} and aliases(g) == {"e": "d"}
@@ -262,7 +262,7 @@ def test_a_sum_broadcasting_its_other_input_is_not_fused(tmp_path):
     x, positions = rng.standard_normal((4, 2, 5, 5), dtype=np.float32), rng.standard_normal((1, 3, 5, 5),
                                                                                             dtype=np.float32)
     expected = kuiper.load(path, backend="reference").forward(x, positions)[0]
-    g = kuiper.load(path)
+    g = kuiper.load(path, backend="numpy")
     assert fused_ops(g) == {} and aliases(g) == {"z": "y"}  # the sum works in place, on its own (so does the
     # ReLU, but the graph returns its output)
     np.testing.assert_allclose(g.forward(x, positions)[0], expected, rtol=1e-5, atol=1e-5)
@@ -310,7 +310,7 @@ def check_views(g, same_buffer) -> None:
 def test_reshapes_whose_input_nothing_else_reads_are_views_of_its_buffer(tmp_path):
     path = tmp_path / "views.pnnx.param"
     path.write_text(VIEWS)
-    check_views(kuiper.load(path), lambda t, u: np.shares_memory(t.data, u.data))
+    check_views(kuiper.load(path, backend="numpy"), lambda t, u: np.shares_memory(t.data, u.data))
 
 
 def test_opencl_reshapes_are_views_too(tmp_path, cl_runtime):
@@ -375,7 +375,7 @@ def check_chains(g) -> None:
 def test_chains_of_moving_operators_are_one_copy(tmp_path):
     path = tmp_path / "chains.pnnx.param"
     path.write_text(CHAINS)
-    check_chains(kuiper.load(path))
+    check_chains(kuiper.load(path, backend="numpy"))
     assert len(kuiper.load(path, backend="reference").order) == 18  # the reference runs the file as it is
 
 
@@ -387,7 +387,7 @@ def test_opencl_chains_of_moving_operators_are_one_copy(tmp_path, cl_runtime):
 
 
 def test_resnet_fuses_every_relu_and_residual_add_into_convolutions_on_numpy():
-    resnet = kuiper.load("models/resnet18/resnet18.pnnx.param")
+    resnet = kuiper.load("models/resnet18/resnet18.pnnx.param", backend="numpy")
     types = {op.name: op.type for op in resnet.unfused_order}
     relus = {name for name, t in types.items() if t == "nn.ReLU"}
     adds = {name for name, t in types.items() if t == "pnnx.Expression"}
@@ -404,7 +404,7 @@ def test_resnet_fuses_every_relu_and_residual_add_into_convolutions_on_numpy():
 
 
 def test_winograd_weights_are_made_when_planning_not_in_forward():
-    resnet = kuiper.load("models/resnet18/resnet18.pnnx.param")  # build plans the recorded 1x3x224x224
+    resnet = kuiper.load("models/resnet18/resnet18.pnnx.param", backend="numpy")  # build plans the recorded 1x3x224x224
     convs = {op.name: op.layer.main if op.absorbed else op.layer for op in resnet.order
              if op.type.startswith("nn.Conv2d")}
 
@@ -442,7 +442,7 @@ def test_sums_fuse_into_the_producer_of_an_input_only_they_read(tmp_path):
     weights = {f"{c}.{k}": rng.standard_normal((2, 2, 1, 1) if k == "weight" else 2)
                for c in ("c1", "c3", "c4", "c5") for k in ("weight", "bias")}
     path = write_model(tmp_path, "sums", SUMS, weights)
-    g = kuiper.load(path)
+    g = kuiper.load(path, backend="numpy")
     # c1 takes the sum with the graph input x, then the ReLU; c3 takes add3 (d, c4's output, becomes its input)
     # and then add4, whose other input e has two readers (add4 and cat) and so stays where it is
     assert fused_ops(g) == {"c1": ["c1", "add1", "r1"], "c3": ["c3", "add3", "add4"]} and aliases(g) == {}
@@ -510,7 +510,7 @@ def test_nested_tuples_are_unpacked_in_order(tmp_path, backend):
 ])
 def test_graph_shapes_forward_cannot_run_are_refused_at_load_with_file_and_line(tmp_path, edit, message):
     with pytest.raises(GraphError, match=message):
-        kuiper.load(write_param(tmp_path, edit(NESTED)))
+        kuiper.load(write_param(tmp_path, edit(NESTED)), backend="numpy")
 
 
 def test_a_layer_making_fewer_outputs_than_the_file_lists_is_refused(tmp_path):
@@ -531,11 +531,11 @@ pnnx.Output              out     1 0 y
 @pytest.mark.parametrize("shape", [(0, 3), (2, 0)])
 def test_empty_inputs_are_input_errors_on_every_model(tmp_path, shape):
     # a ReLU-only model used to return an empty array where a convolution failed with numpy's ValueError
-    relu = kuiper.load(write_param(tmp_path, RELU_ONLY))
+    relu = kuiper.load(write_param(tmp_path, RELU_ONLY), backend="numpy")
     with pytest.raises(InputError, match=r"pnnx.Input operator 'in0' makes operand x of shape \((0,3|2,0)\); "
                                          r"every dim must be at least 1"):
         relu.forward(np.zeros(shape, np.float32))
-    conv = kuiper.load(MODELS / "conv_zoo" / "conv_zoo.pnnx.param")
+    conv = kuiper.load(MODELS / "conv_zoo" / "conv_zoo.pnnx.param", backend="numpy")
     with pytest.raises(InputError, match=r"given \(0,3,15,17\)"):
         conv.forward(np.zeros((0, 3, 15, 17), np.float32))
 
@@ -543,7 +543,7 @@ def test_empty_inputs_are_input_errors_on_every_model(tmp_path, shape):
 def test_an_empty_recorded_input_is_refused_at_build(tmp_path):
     with pytest.raises(kuiper.ShapeError, match=r"g.pnnx.param:3: pnnx.Input operator 'in0' makes operand x of "
                                                 r"shape \(0,3\)"):
-        kuiper.load(write_param(tmp_path, RELU_ONLY.replace("(2,3)", "(0,3)")))
+        kuiper.load(write_param(tmp_path, RELU_ONLY.replace("(2,3)", "(0,3)")), backend="numpy")
 
 
 def test_unknown_parameters_are_layer_errors(tmp_path):
@@ -556,5 +556,5 @@ def test_unknown_parameters_are_layer_errors(tmp_path):
 
 def test_dropouts_options_are_harmless_at_inference(tmp_path):
     text = RELU_ONLY.replace("nn.ReLU                  relu    1 1 x y", "F.dropout drop 1 1 x y p=0.5 training=False")
-    (y,) = kuiper.load(write_param(tmp_path, text)).forward(np.ones((2, 3), np.float32))
+    (y,) = kuiper.load(write_param(tmp_path, text), backend="numpy").forward(np.ones((2, 3), np.float32))
     np.testing.assert_array_equal(y, 1.0)

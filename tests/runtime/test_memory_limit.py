@@ -61,17 +61,17 @@ def test_bad_sizes_name_the_option(bad):
 def test_limit_from_the_argument_the_environment_or_the_machine(monkeypatch):
     param, _ = model_paths("act_zoo")
     monkeypatch.setenv("KUIPER_MEMORY_LIMIT", "3M")
-    assert kuiper.RuntimeGraph(param).memory_limit == 3 << 20
-    assert kuiper.RuntimeGraph(param, memory_limit="1M").memory_limit == 1 << 20  # the argument wins
-    assert kuiper.RuntimeGraph(param, memory_limit=5000).memory_limit == 5000
+    assert kuiper.RuntimeGraph(param, backend="numpy").memory_limit == 3 << 20
+    assert kuiper.RuntimeGraph(param, memory_limit="1M", backend="numpy").memory_limit == 1 << 20  # the argument wins
+    assert kuiper.RuntimeGraph(param, memory_limit=5000, backend="numpy").memory_limit == 5000
     monkeypatch.setenv("KUIPER_MEMORY_LIMIT", "lots")
     with pytest.raises(ConfigError, match="KUIPER_MEMORY_LIMIT='lots'"):
-        kuiper.RuntimeGraph(param)
+        kuiper.RuntimeGraph(param, backend="numpy")
     monkeypatch.delenv("KUIPER_MEMORY_LIMIT")
-    assert kuiper.RuntimeGraph(param).memory_limit == memory.default_limit()
+    assert kuiper.RuntimeGraph(param, backend="numpy").memory_limit == memory.default_limit()
     for bad in (0, -5, 1.5, True):
         with pytest.raises(ConfigError, match="memory_limit="):
-            kuiper.RuntimeGraph(param, memory_limit=bad)
+            kuiper.RuntimeGraph(param, memory_limit=bad, backend="numpy")
 
 
 def test_the_default_is_half_of_what_is_left_under_rlimit_as_and_cgroups(monkeypatch):
@@ -102,7 +102,7 @@ def test_without_recorded_shapes_the_memory_limit_refuses_naming_operator_shape_
     param = copy_model(tmp_path, "conv_zoo", lambda t: t.replace("stride=(2,2) @bias=(6)", "stride=(100000,100000) "
                                                                  "@bias=(6)"), keep_shapes=False)
     with pytest.raises(MemoryLimitError) as caught:
-        kuiper.load(param, memory_limit="1G")
+        kuiper.load(param, memory_limit="1G", backend="numpy")
     message = str(caught.value)
     assert re.search(r"conv_zoo.pnnx.param:\d+: nn.ConvTranspose2d operator '\w+' makes \w+ of shape "
                      r"\(2,\d+,\d+,\d+\) \([\d.]+ TiB\), and at input shape\(s\) \(2,3,15,17\) the plan needs "
@@ -112,7 +112,7 @@ def test_without_recorded_shapes_the_memory_limit_refuses_naming_operator_shape_
 
 def test_an_input_too_large_is_refused_at_once_and_smaller_ones_still_run():
     # the ResNet-18 fed a 1x3x4000x4000 image ran 19 s before a MemoryError
-    graph = kuiper.load(model_paths("resnet18")[0], memory_limit="1G")
+    graph = kuiper.load(model_paths("resnet18")[0], memory_limit="1G", backend="numpy")
     with pytest.raises(MemoryLimitError, match=r"resnet18.pnnx.param:4: .* makes \w+ of shape \(1,64,2000,2000\) "
                                                r"\(976.6 MiB\), and at input shape\(s\) \(1,3,4000,4000\)"):
         graph.forward(np.zeros((1, 3, 4000, 4000), np.float32))
@@ -137,7 +137,7 @@ def test_the_plan_counts_the_layers_work_buffers(tmp_path):
 
 
 def test_layout_for_allocates_nothing_and_ignores_the_limit(no_allocation):
-    graph = kuiper.RuntimeGraph(model_paths("resnet18")[0], memory_limit="1M").build(allocate=False)
+    graph = kuiper.RuntimeGraph(model_paths("resnet18")[0], memory_limit="1M", backend="numpy").build(allocate=False)
     assert not graph.plans
     layout = graph.layout_for((64, 3, 1024, 1024))
     first = graph.order[1].output_operand.name  # the stem convolution's

@@ -52,7 +52,7 @@ def test_graph_built_twice_and_forwarded_many_times_stays_exact():
     param, bin_ = model_paths("unet_tiny")
     cases = model_cases("unet_tiny")
     for _ in range(2):
-        graph = kuiper.load(param, bin_)
+        graph = kuiper.load(param, bin_, backend="numpy")
         for _ in range(3):
             for case, inputs, references in cases:
                 assert_matches_torch(graph.forward(*inputs), references)
@@ -60,7 +60,7 @@ def test_graph_built_twice_and_forwarded_many_times_stays_exact():
 
 def test_outputs_are_fresh_arrays_not_overwritten_by_the_next_forward():
     param, bin_ = model_paths("unet_tiny")
-    graph = kuiper.load(param, bin_)
+    graph = kuiper.load(param, bin_, backend="numpy")
     (_, inputs, refs), = [c for c in model_cases("unet_tiny") if c[0] == "b2"]
     first = graph.forward(*inputs)
     graph.forward(*[np.zeros_like(x) for x in inputs])

@@ -22,7 +22,7 @@ def batches(graph) -> list:
 
 
 def test_the_least_recently_used_plan_goes_first_and_is_released(monkeypatch):
-    graph = kuiper.load(PARAM, max_plans=2)
+    graph = kuiper.load(PARAM, max_plans=2, backend="numpy")
     released = []
     monkeypatch.setattr(graph.executor, "release", released.append)
     graph.forward(x(1))
@@ -34,7 +34,7 @@ def test_the_least_recently_used_plan_goes_first_and_is_released(monkeypatch):
 
 
 def test_a_service_fed_ever_new_sizes_keeps_a_bounded_number():
-    graph = kuiper.load(PARAM)
+    graph = kuiper.load(PARAM, backend="numpy")
     for h in range(1, 3 * MAX_PLANS):
         graph.forward(x(1, h=h))
     assert len(graph.plans) == MAX_PLANS
@@ -42,7 +42,7 @@ def test_a_service_fed_ever_new_sizes_keeps_a_bounded_number():
 
 
 def test_clear_plans_releases_every_plan_and_the_last_forwards_tensors(monkeypatch):
-    graph = kuiper.load(PARAM)
+    graph = kuiper.load(PARAM, backend="numpy")
     graph.forward(x(1))
     released = []
     monkeypatch.setattr(graph.executor, "release", released.append)
@@ -55,7 +55,7 @@ def test_clear_plans_releases_every_plan_and_the_last_forwards_tensors(monkeypat
 
 
 def test_plans_is_a_read_only_view():
-    graph = kuiper.load(PARAM)
+    graph = kuiper.load(PARAM, backend="numpy")
     with pytest.raises(TypeError):
         graph.plans[()] = None
     view = graph.plans
@@ -66,7 +66,7 @@ def test_plans_is_a_read_only_view():
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "8"])
 def test_max_plans_must_be_a_positive_int(bad):
     with pytest.raises(ConfigError, match=f"max_plans={bad!r}"):
-        kuiper.RuntimeGraph(PARAM, max_plans=bad)
+        kuiper.RuntimeGraph(PARAM, max_plans=bad, backend="numpy")
 
 
 def test_opencl_gives_an_evicted_plans_buffers_back_to_the_pool(cl_runtime, monkeypatch):

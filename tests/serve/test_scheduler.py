@@ -19,7 +19,7 @@ PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo", "First Citizen:\nBefore we procee
 
 @pytest.fixture(scope="module")
 def lm():
-    return kuiper.llm.load(SHAKESPEARE, cache_tokens=2048)
+    return kuiper.llm.load(SHAKESPEARE, cache_tokens=2048, backend="numpy")
 
 
 class Collector:
@@ -112,7 +112,7 @@ def test_cancelled_generations_give_their_blocks_back_at_once(lm):
 
 
 def test_admission_waits_for_the_blocks_a_generation_may_need(tmp_path):
-    lm = kuiper.llm.load(SHAKESPEARE, context=64)  # a pool of 64 positions: four blocks
+    lm = kuiper.llm.load(SHAKESPEARE, context=64, backend="numpy")  # a pool of 64 positions: four blocks
     scheduler = Scheduler(lm, max_batch=4)
     try:
         generations = [Generation(lm.tokenizer.encode(PROMPTS[0]), 40) for _ in range(3)]  # 3 blocks each

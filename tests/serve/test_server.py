@@ -27,7 +27,7 @@ PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo", "First Citizen:\nBefore we procee
 
 @pytest.fixture(scope="module")
 def lm():
-    return kuiper.llm.load(SHAKESPEARE, cache_tokens=2048)
+    return kuiper.llm.load(SHAKESPEARE, cache_tokens=2048, backend="numpy")
 
 
 @pytest.fixture(scope="module")

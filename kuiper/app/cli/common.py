@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from kuiper.core.errors import KuiperError
 from kuiper.core.shipped import shipped
+from kuiper.runtime import auto
 
 DEFAULT_MODEL = Path("resnet18", "resnet18.pnnx.param")  # within models/
+BACKEND_HELP = ("auto (default: an OpenCL GPU, else Intel's CPU OpenCL runtime, else numpy; KUIPER_BACKEND sets "
+                "another), numpy (fast CPU layers), reference (the textbook layers only) or opencl")
 
 
 class CliError(KuiperError):
@@ -49,6 +53,12 @@ def rich_console():
 def default_model() -> Path:
     """The embedded ResNet-18, from the checkout's models/ or the copy an install carries (kuiper/core/shipped.py)."""
     return shipped("models") / DEFAULT_MODEL
+
+
+def say_backend(graph) -> None:
+    """Where the backend was the default, the line that says what it became (runtime/auto.py), on stderr."""
+    if graph.choice is not None:
+        print(auto.said(graph), file=sys.stderr)
 
 
 def require(path: Path, what: str) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import kuiper
 from kuiper import detection
 from kuiper.app import images, labels
-from kuiper.app.cli.common import CliError, positive, require, rich_console
+from kuiper.app.cli.common import BACKEND_HELP, CliError, positive, require, rich_console, say_backend
 from kuiper.core.errors import ImageError, KuiperWarning, ShapeError
 from kuiper.detection.dataset import label_path, read_labels
 from kuiper.detection.yolo import FORMATS
-from kuiper.runtime.backends import BACKENDS
+from kuiper.runtime.auto import AUTO, CHOICES
 
 NAMES_FILE = "names.txt"  # class names beside a model's .param, used when --names is not given
 # ultralytics' validation settings, used with --labels unless --conf/--iou say otherwise: every box counts
@@ -55,7 +55,7 @@ def add_parser(sub, common, custom) -> None:
     det.add_argument("--labels", metavar="DIR",
                      help="YOLO label files (NAME.txt per picture): print the mAP of the detections")
     det.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
-    det.add_argument("--backend", default="numpy", choices=BACKENDS, help="numpy (default), reference or opencl")
+    det.add_argument("--backend", default=AUTO, choices=CHOICES, help=BACKEND_HELP)
     det.add_argument("--device", help="OpenCL device: P:D or a name substring")
     det.set_defaults(func=cmd_detect)
 
@@ -77,6 +77,7 @@ def cmd_detect(args) -> None:
     conf = settings["conf"] if args.conf is None else args.conf
     iou = settings["iou"] if args.iou is None else args.iou
     graph = kuiper.load(param, backend=args.backend, device=args.device, custom_ops=args.custom_op)
+    say_backend(graph)
     try:
         detector = detection.Detector(graph, _names(param, args.names), conf, iou, args.max_det, args.format,
                                       multi_label=label_dir is not None)
@@ -109,7 +110,7 @@ def cmd_detect(args) -> None:
         raise CliError(f"--input {source}: none of its {len(paths)} picture(s) could be read")
     score = _score(evaluation.result(), detector.names) if evaluation is not None else None
     if args.json:
-        print(json.dumps({"model": str(param), "backend": args.backend, "conf": conf, "iou": iou,
+        print(json.dumps({"model": str(param), "backend": graph.backend, "conf": conf, "iou": iou,
                           "images": results, "skipped": skipped, "out": args.out,
                           **({} if score is None else {"map": score})}))
         return

@@ -16,9 +16,10 @@ import json
 import sys
 from pathlib import Path
 
+from kuiper.app.cli.common import BACKEND_HELP, say_backend
 from kuiper.core.errors import CheckpointError
 from kuiper.core.shipped import shipped
-from kuiper.runtime.backends import BACKENDS
+from kuiper.runtime.auto import AUTO, CHOICES
 
 SHIPPED = "shakespeare"  # within models/
 
@@ -35,8 +36,7 @@ def add_parser(sub, common, custom) -> None:
     sampling.add_argument("--top-p", type=float, default=0.95, metavar="P",
                           help="draw from the fewest likeliest tokens whose probabilities reach P (default 0.95)")
     sampling.add_argument("--seed", type=int, help="seed the draws, for the same text each run")
-    sampling.add_argument("--backend", default="numpy", choices=BACKENDS, help="numpy (default), reference or "
-                          "opencl")
+    sampling.add_argument("--backend", default=AUTO, choices=CHOICES, help=BACKEND_HELP)
     sampling.add_argument("--device", help="the OpenCL device (P:D or a name), with --backend opencl")
     sampling.add_argument("--context", type=int, metavar="N", help="positions the KV cache holds (default: the "
                           "model's, at most 4096)")
@@ -74,7 +74,9 @@ def default_model() -> Path:
 def _load(args, model):
     from kuiper.llm import load
 
-    return load(model, backend=args.backend, device=args.device, context=args.context, quantize=args.quantize)
+    lm = load(model, backend=args.backend, device=args.device, context=args.context, quantize=args.quantize)
+    say_backend(lm.graph)
+    return lm
 
 
 def _sampling(args) -> dict:
@@ -95,7 +97,7 @@ def cmd_generate(args) -> None:
         tokens = lm.generate(ids, **_sampling(args))
         t = lm.last_timings
         print(json.dumps({
-            "model": str(model), "backend": args.backend, "prompt": args.prompt, "prompt_tokens": ids,
+            "model": str(model), "backend": lm.graph.backend, "prompt": args.prompt, "prompt_tokens": ids,
             "tokens": tokens, "text": lm.tokenizer.decode(tokens, skip_special_tokens=True),
             "timings": {"prefill_tokens": t.prefill_tokens, "prefill_seconds": t.prefill_seconds,
                         "prefill_tokens_per_second": t.prefill_rate, "decode_tokens": t.decode_tokens,

@@ -14,10 +14,10 @@ import numpy as np
 
 import kuiper
 from kuiper.app import accuracy, folder, images, labels, model_preprocess, references
-from kuiper.app.cli.common import CliError, default_model, positive, require, rich_console
+from kuiper.app.cli.common import BACKEND_HELP, CliError, default_model, positive, require, rich_console, say_backend
 from kuiper.app.folder import json_float
 from kuiper.core.errors import ConfigError
-from kuiper.runtime.backends import BACKENDS
+from kuiper.runtime.auto import AUTO, CHOICES
 
 FOLDER_BATCH = 8  # images per forward in a folder run, unless --batch says otherwise
 RANDOM_WEIGHTS_NOTE = ("note: this model's weights are random (it was exported untrained: nothing could be "
@@ -32,8 +32,7 @@ def add_parser(sub, common, custom) -> None:
     run.add_argument("--input", action="append", metavar="X.npy|IMAGE|FOLDER",
                      help="a .npy array or an image (prepared as ImageNet classifiers expect: kuiper/app/images.py), "
                           "once per model input, in order; or one folder: every image in it, in batches")
-    run.add_argument("--backend", default="numpy", choices=BACKENDS,
-                     help="numpy (default: fast CPU layers, fused), reference (the textbook layers only) or opencl")
+    run.add_argument("--backend", default=AUTO, choices=CHOICES, help=BACKEND_HELP)
     run.add_argument("--device", help="OpenCL device: P:D or a name substring (default: KUIPER_CL_DEVICE, first GPU, first CPU)")
     run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
     run.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
@@ -91,6 +90,7 @@ def cmd_run(args) -> None:
     graph = kuiper.load(param, backend=args.backend, device=args.device, schedule=args.schedule,
                         custom_ops=args.custom_op, tuning="measure" if args.tune else None,
                         memory_limit=args.memory_limit, precision=args.precision)
+    say_backend(graph)
     own = model_preprocess.read(param, model_preprocess.input_channels(graph))
     names_file = args.labels or (own.labels if own else None)
     names = labels.read_names(names_file) if names_file else None
@@ -104,9 +104,9 @@ def cmd_run(args) -> None:
 
     inputs, reference = _inputs_for(graph, param, sources, args, own)
     device = graph.runtime.device.name.strip() if graph.runtime is not None else None
-    threads = kuiper.num_threads() if args.backend == "numpy" else None  # the reference backend runs on one
+    threads = kuiper.num_threads() if graph.backend == "numpy" else None  # the reference backend runs on one
     if not args.json:
-        where = args.backend + (f" ({device})" if device else "") + (f", {threads} thread(s)" if threads else "")
+        where = graph.backend + (f" ({device})" if device else "") + (f", {threads} thread(s)" if threads else "")
         shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs)
         console.print(f"[bold]{param.name}[/] on [bold]{where}[/], input {shapes}")
 
@@ -129,7 +129,7 @@ def cmd_run(args) -> None:
     note = random_weights and any(_is_image_input(path) for path in sources)
     if args.json:
         print(json.dumps({
-            "model": str(param), "backend": args.backend, "device": device, "threads": threads,
+            "model": str(param), "backend": graph.backend, "device": device, "threads": threads,
             "inputs": [list(x.shape) for x in inputs], "forward_ms": float(np.median(times)) * 1e3,
             "repeat": args.repeat, "outputs": [_output_summary(out, args.topk, names) for out in outputs],
             "reference": None if match is None else {"matches": match.ok, "max_abs_diff": json_float(match.max_abs)},
@@ -280,7 +280,7 @@ def _run_images(console, graph, param: Path, sources: list, names, random_weight
         folder.write_rows(Path(args.out), run.rows)
     if args.json:
         print(json.dumps({
-            "model": str(param), "backend": args.backend, "images": len(paths), "batch": batch,
+            "model": str(param), "backend": graph.backend, "images": len(paths), "batch": batch,
             "skipped": [str(p) for p in run.skipped], "random_weights": random_weights, "out": args.out,
             **({} if args.out else {"rows": [folder.row_dict(row) for row in run.rows]}),
             **({} if report is None else {"accuracy": accuracy.as_dict(report), "plot": args.plot}),

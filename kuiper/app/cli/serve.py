@@ -10,8 +10,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from kuiper.app.cli.common import CliError
-from kuiper.runtime.backends import BACKENDS
+from kuiper.app.cli.common import BACKEND_HELP, CliError, say_backend
+from kuiper.runtime.auto import AUTO, CHOICES
 
 #: the positions the KV cache's pool holds for all the sequences in flight, unless --max-tokens-in-flight says
 DEFAULT_TOKENS_IN_FLIGHT = 4096
@@ -24,7 +24,7 @@ def add_parser(sub, common, custom) -> None:
                        help="a Hugging Face model directory (default: models/shakespeare/)")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="the port (default 8000)")
-    serve.add_argument("--backend", default="numpy", choices=BACKENDS, help="numpy (default), reference or opencl")
+    serve.add_argument("--backend", default=AUTO, choices=CHOICES, help=BACKEND_HELP)
     serve.add_argument("--device", help="the OpenCL device (P:D or a name), with --backend opencl")
     serve.add_argument("--context", type=int, metavar="N", help="positions one sequence may reach (default: the "
                        "model's, at most 4096)")
@@ -60,9 +60,10 @@ def cmd_serve(args) -> None:
     model = Path(args.model) if args.model else default_model()
     lm = load(model, backend=args.backend, device=args.device, context=args.context,
               cache_tokens=args.max_tokens_in_flight)
+    say_backend(lm.graph)
     server = Server(lm, args.host, args.port, args.api_key, args.max_batch, args.max_queue)
     positions = lm.cache_blocks * BLOCK_SIZE
-    print(f"kuiper serve: {lm.directory.name} on http://{args.host}:{args.port}/v1 ({args.backend}; up to "
+    print(f"kuiper serve: {lm.directory.name} on http://{args.host}:{args.port}/v1 ({lm.graph.backend}; up to "
           f"{args.max_batch} sequences a step; KV cache of {positions} positions, "
           f"{format_bytes(lm.config.kv_cache_bytes_per_token() * positions)}); Ctrl-C stops", file=sys.stderr)
     server.run()
