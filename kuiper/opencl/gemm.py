@@ -31,9 +31,7 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
 * "gemv" runs `gemv` (cl/gemv.cl) for a plain product of few rows (a decode step: one row per sequence), where
   a tile of gemm_gpu would compute mostly rows that are not there: work-items stream B's rows as float4, every
   row of A multiplied into each value read, and a work-group adds up its slices of K in local memory. The rule
-  takes it on GPUs for products of at most GEMV_MAX_ROWS rows. Its work-group's width follows the size of B
-  (`_gemv_group`); a product with too few work-groups to fill the device also splits K across them, the slices
-  added up by gemm_sum.
+  takes it on GPUs for products of at most GEMV_MAX_ROWS rows (kuiper/opencl/gemv.py launches it).
 
 * "mma TMxTN" runs `gemm_mma` (cl/gemm_mma.cl) on NVIDIA tensor cores, through inline PTX (mma.sync on half
   inputs, float sums), with gemm_gpu's arguments and implicit im2col. Only with half storage (precision="fp16")
@@ -57,6 +55,7 @@ import numpy as np
 
 from kuiper.core.cpuinfo import cpu_flags
 from kuiper.opencl.devices import configured_target, tensor_cores
+from kuiper.opencl.gemv import GEMV, GEMV_MAX_ROWS, Gemv
 from kuiper.opencl.runtime import round_up
 from kuiper.core.variants import Variant, Variants
 
@@ -107,28 +106,11 @@ GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 #: device. Where Winograd's rule takes a 3x3 convolution it stays there: on an H200 it beats these tiles.
 MMA_TILES = ((2, 4, 4, 4), (2, 2, 2, 4))
 
-#: gemv's work-groups (LX, LK), widest first: LX work-items of 4 columns each along N (32 columns: 128 bytes of a
-#: row of B in fp32; 8 columns: one 32-byte sector), LK along K; and the rows of A a work-group multiplies (more
-#: rows: one group per block of them, each reading B again)
-GEMV_GROUPS = ((8, 32), (2, 128))
-GEMV_ROWS = 4
-#: a B of fewer bytes than this takes the narrow groups: four times as many work-groups, so that a short K needs
-#: no split and no second kernel, which costs more than whole lines save on a product done in microseconds (on an
-#: H200: 896 x 896, 11.7 against 18.0 us); larger ones read whole 128-byte lines (2048 x 2048: 17.3 against 24.9)
-GEMV_NARROW_BYTES = 4 << 20
-#: the rule takes gemv on GPUs for products of at most this many rows: on an H200 it beats every tile up to 8 rows
-#: of every decode shape of benchmarks/products.py, reading B twice
-GEMV_MAX_ROWS = 8
-#: ... splitting K across work-groups (see split-K below) into slices of at least this many rows of B per
-#: work-item along K
-GEMV_SPAN = 4
-
 #: split-K: enough work-groups for this many per compute unit, each slice summing at least SPLIT_SPAN of K
 #: (a thinner slice would move more partial sums than it computes)
 SPLIT_GROUPS_PER_UNIT = 4
 SPLIT_SPAN = 256
 
-GEMV = "gemv"
 
 
 
@@ -256,13 +238,13 @@ class Gemm:
                for tile in GPU_TILES]
         mma = [Variant(mma_name(tile), partial(self._mma_kernel, tile), partial(self._mma_launch, tile))
                for tile in MMA_TILES] if self._has_mma() else []
-        gemv = [Variant(GEMV, dict, self._gemv_launch)] if kernel_size is None else []  # kernels by group
+        self.gemv = Gemv(rt, epilogue, self._fits) if kernel_size is None else None
+        gemv = [Variant(GEMV, None, self._gemv_launch)] if self.gemv else []
         self.variants = {v.name: v for v in cpu + gpu + mma + gemv}
         self.implicit = frozenset(gpu + mma if kernel_size is not None else ())
         self.mma = [v.name for v in mma]
         self.taps = frozenset(v for v in cpu if v.name.endswith(" taps"))
         self._tiles = None
-        self._gemv_runs = None
         self.family = variant
         # with no tile whose work-group this device runs, the CPU kernel, which has no such need, stands in
         if variant == "gpu" and not self.tiles:
@@ -291,14 +273,6 @@ class Gemm:
                     kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
         return group <= limit
 
-    @property
-    def gemv_runs(self) -> bool:
-        """Whether gemv is a variant (a plain product) whose work-groups this device runs, found on first need."""
-        if self._gemv_runs is None:
-            self._gemv_runs = GEMV in self.variants and all(
-                self._fits(self._gemv_kernel(group), group[0] * group[1]) for group in GEMV_GROUPS)
-        return self._gemv_runs
-
     def rule(self, m: int, n: int, stack: int, row: int = 0) -> str:
         """The variant for `stack` products (m, k) @ (k, n) by rule: on CPUs gemm_cpu with the widest block no
         wider than n, or for a convolution whose taps blocks run along rows of `row` columns (0 where the taps
@@ -306,7 +280,7 @@ class Gemm:
         the tiles of _gpu_tiles (gemm_cpu where the device runs none), or gemv for a plain product of at most
         GEMV_MAX_ROWS rows."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
-        if family == "gpu" and m <= GEMV_MAX_ROWS and self.gemv_runs:
+        if family == "gpu" and m <= GEMV_MAX_ROWS and self.gemv and self.gemv.runs:
             return GEMV
         if family == "gpu" and self.mma:
             units = self.rt.device.max_compute_units
@@ -344,7 +318,7 @@ class Gemm:
         cpu = [cpu_name(block[0], taps) for taps, width in ((False, n), (True, row if self.taps else 0))
                for block in CPU_BLOCKS if block[0] <= width] if self.family != "gpu" else []
         gpu = [gpu_name(tile) for tile in self.tiles] + self.mma if self.family != "cpu" else []
-        return cpu + gpu + ([GEMV] if self.family != "cpu" and self.gemv_runs else [])
+        return cpu + gpu + ([GEMV] if self.family != "cpu" and self.gemv and self.gemv.runs else [])
 
     def choices(self, dims, *files, other=None) -> Variants:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
@@ -385,15 +359,6 @@ class Gemm:
         return self.rt.kernel("gemm_mma.cl", "gemm_mma", [f"-DWARPS_M={warps_m}", f"-DWARPS_N={warps_n}",
                                                           f"-DMI={mi}", f"-DNI={ni}", *self._image_options,
                                                           *self.epilogue.options])
-
-    def _gemv_kernel(self, group: tuple, split: bool = False):
-        """gemv built for work-groups `group` (LX, LK), writing partial sums with `split`; built once."""
-        kernels = self.variants[GEMV].kernel()
-        key = (group, split)
-        if key not in kernels:
-            options = [f"-DLX={group[0]}", f"-DLK={group[1]}", f"-DROWS={GEMV_ROWS}"]
-            kernels[key] = self.rt.kernel("gemv.cl", "gemv", options + (["-DSPLIT"] if split else self.epilogue.options))
-        return kernels[key]
 
     @property
     def _image_options(self) -> list:
@@ -443,19 +408,8 @@ class Gemm:
         q.run(split, (*grid, stack * slices), (*local, 1), *args, *image, slices, span, partial)
         return self._sum(q, args, m, n, stack, slices, partial)
 
-    def _gemv_launch(self, q, kernels, m: int, n: int, stack: int, args: tuple, image: tuple):
-        k = args[10]
-        group = self._gemv_group(n, k, stack)
-        lx, lk = group
-        grid = (-(-n // (4 * lx)) * lx, -(-m // GEMV_ROWS) * lk)
-        slices = self._slices(grid[0] // lx * (grid[1] // lk) * stack, k, GEMV_SPAN * lk)
-        if slices == 1:
-            return q.run(self._gemv_kernel(group), (*grid, stack), (lx, lk, 1), *args)
-        span = round_up(-(-k // slices), lk)
-        slices = -(-k // span)
-        partial = q.scratch("split-K sums", 4 * slices * stack * m * n)
-        q.run(self._gemv_kernel(group, True), (*grid, stack * slices), (lx, lk, 1), *args, slices, span, partial)
-        return self._sum(q, args, m, n, stack, slices, partial)
+    def _gemv_launch(self, q, _, m: int, n: int, stack: int, args: tuple, image: tuple):
+        return self.gemv(q, m, n, stack, args, self._slices, self._sum)
 
     def _sum(self, q, args: tuple, m: int, n: int, stack: int, slices: int, partial):
         """Enqueue gemm_sum: C = the `slices` partial products in `partial` added up, bias and epilogue applied."""
@@ -484,11 +438,6 @@ class Gemm:
             if -(-column_blocks // x) * -(-row_blocks // y) * stack >= wanted:
                 return x, y
         return CPU_GROUPS[-1]
-
-    def _gemv_group(self, n: int, k: int, stack: int) -> tuple:
-        """gemv's work-group for B of `stack` matrices k x n: the narrow one below GEMV_NARROW_BYTES."""
-        small = stack * k * n * self.rt.stored(np.float32).itemsize < GEMV_NARROW_BYTES
-        return GEMV_GROUPS[-1] if small else GEMV_GROUPS[0]
 
     def _gpu_tiles(self, m: int, n: int, stack: int) -> tuple:
         """The largest usable tiles that the product fills more than half of, with one tile for every compute

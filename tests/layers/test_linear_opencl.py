@@ -8,8 +8,9 @@ import pytest
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy
 from test_linear import make_linear
 
-from kuiper.opencl import gemm
-from kuiper.opencl.gemm import GEMV, GEMV_ROWS, PANEL, panels
+from kuiper.opencl import gemv
+from kuiper.opencl.gemm import PANEL, panels
+from kuiper.opencl.gemv import GEMV, GEMV_ROWS
 
 RNG = np.random.default_rng(11)
 
@@ -46,7 +47,7 @@ def test_every_gemm_variant_opencl(cl_runtime):
 def test_gemv_matches_numpy(cl_runtime, monkeypatch, in_features, out_features, shape, bias, narrow_bytes):
     """gemv (cl/gemv.cl), the GPUs' kernel for products of few rows, in both widths of work-group (the size of the
     weights picks one): checked on every device."""
-    monkeypatch.setattr(gemm, "GEMV_NARROW_BYTES", narrow_bytes)
+    monkeypatch.setattr(gemv, "GEMV_NARROW_BYTES", narrow_bytes)
     layer, _, _ = make_linear(RNG, in_features, out_features, bias, input_shape=shape)
     assert_opencl_matches_numpy(layer, cl_runtime, RNG.standard_normal(shape).astype(np.float32), variant=GEMV)
 

@@ -10,7 +10,9 @@ import pyopencl as cl
 import pytest
 
 from kuiper.opencl import Enqueuer, devices, gemm as gemm_module
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, KernelEpilogue, Matrix
+from kuiper.opencl.gemm import (COLUMN_BIAS, NO_BIAS, ROW_BIAS, Gemm, KernelEpilogue, Matrix, gpu_name,
+                                tile_count)
+from kuiper.opencl.gemv import GEMV, GEMV_MAX_ROWS
 from kuiper.layers.fused import EpilogueStep
 from kuiper.runtime.backends import make_layer
 
@@ -110,7 +112,9 @@ def test_the_rule_follows_the_device_and_the_product(cl_runtime):
     if cl_runtime.is_cpu:
         widest = "cpu 6x32" if gemm.cpu_blocks[0][0] == 32 else "cpu 6x16"  # by the compiler's target (below)
         assert [gemm.rule(64, n, 1) for n in (1, 3, 17, 32, 1000)] == ["cpu 6x1", "cpu 6x1", "cpu 6x16", widest, widest]
-    assert Gemm(cl_runtime, "gpu").rule(1, 1, 1) == f"gpu {gemm.tiles[-1][0]}x{gemm.tiles[-1][1]}"  # the smallest
+    on_gpus = Gemm(cl_runtime, "gpu")
+    assert on_gpus.rule(GEMV_MAX_ROWS, 1, 1) == GEMV  # few rows: gemv streams B
+    assert on_gpus.rule(GEMV_MAX_ROWS + 1, 1, 1) == f"gpu {gemm.tiles[-1][0]}x{gemm.tiles[-1][1]}"  # the smallest
 
 
 def test_cpu_work_groups_follow_the_products_rows(cl_runtime):
@@ -159,16 +163,18 @@ def test_intels_runtime_told_another_target_gets_its_blocks(cl_runtime, monkeypa
 @pytest.mark.parametrize("m, n, k", [(40, 30, 1100), (129, 5, 2048), (3, 65, 513)])
 def test_split_k_adds_the_slices_up(cl_runtime, monkeypatch, groups_per_unit, m, n, k):
     """Products with few tiles and a long K, split into as many slices as the device asks (or as SPLIT_SPAN
-    allows): the slices' sums, the K tail in the last slice, the bias after the sum."""
+    allows): the slices' sums, the K tail in the last slice, the bias after the sum; by gemm_gpu's tiles and by
+    gemv."""
     monkeypatch.setattr(gemm_module, "SPLIT_GROUPS_PER_UNIT", groups_per_unit)
     gemm = Gemm(cl_runtime, "gpu")
     tile = gemm._gpu_tiles(m, n, 1)
     if groups_per_unit > 1:
-        assert gemm._slices(tile, m, n, k, 1) == k // gemm_module.SPLIT_SPAN > 1
+        assert gemm._slices(tile_count(tile, m, n, 1), k, gemm_module.SPLIT_SPAN) == k // gemm_module.SPLIT_SPAN > 1
     a, b = RNG.standard_normal((m, k), dtype=np.float32), RNG.standard_normal((k, n), dtype=np.float32)
     bias = RNG.standard_normal(m, dtype=np.float32)
     expected = a.astype(np.float64) @ b + bias[:, None]
-    assert_close(gemm_on_device(cl_runtime, "gpu", a, b, bias, ROW_BIAS, pad=3), expected)
+    for name in (gpu_name(tile), GEMV):
+        assert_close(gemm_on_device(cl_runtime, "gpu", a, b, bias, ROW_BIAS, pad=3, name=name), expected)
 
 
 def epilogue_steps(activation):
