@@ -125,14 +125,19 @@ class CachedAttention(Layer):
                              f"past the cache's max_positions={self.max_positions}")
         return start
 
+    def check_reach(self, layout: PageLayout) -> None:
+        """A model's layout stays within the cache's max_positions."""
+        last = int(layout.positions.max())
+        if last >= self.max_positions:
+            raise InputError(f"{self.op.type} operator '{self.op.name}': position {last} is past the cache's "
+                             f"max_positions={self.max_positions}")
+
     def step(self, batch: int, tokens: int, positions: np.ndarray) -> tuple:
         """(the forward's PageLayout, whether the pool must be made now): a model's layout, checked against the
         positions, or one sequence per batch row continuing `filled`."""
         if self.layout is not None:
             self.layout.check(self.op, batch, tokens, positions)
-            if int(positions.max()) >= self.max_positions:
-                raise InputError(f"{self.op.type} operator '{self.op.name}': position {int(positions.max())} is past "
-                                 f"the cache's max_positions={self.max_positions}")
+            self.check_reach(self.layout)
             return self.layout, self.pool is None
         start = self.check_positions(positions)
         fresh = self.pool is None or self.pool_rows != batch

@@ -15,9 +15,14 @@ the query and the accumulator sit in float8 registers, and launched in work-grou
 spreads the rows over the cores (a decode step has only num_heads of them per sequence).
 
 The page layout is the reference's (kuiper/layers/pages.py), worked out on the host: its slots, ends and block
-tables go to the device as one int32 buffer, uploaded once per layout and runtime and shared by every layer of
-the forward. The layer's own layout (no model's) checks the positions, read back once per forward
-(kuiper/opencl/indices.py); a model's is checked against them the same way.
+tables go to the device as one int32 buffer. The layer's own layout (no model's) checks the positions, read back
+once per forward (kuiper/opencl/indices.py), and its upload is shared by every layer of the forward.
+
+A model's pages (use_pool, then use before each forward) make the layer replayable (kuiper/opencl/replay.py):
+its launches then follow the shapes alone. Each layer keeps a buffer of its own, sized for the pool, which
+`refresh_opencl` fills with the next forward's layout before the recorded launches run, and the attention's
+work-group is the largest, whatever the positions. The positions are not read back: the model makes them and the
+layout together (kuiper/llm/model.py), and the layout's own positions are checked against max_positions.
 
 The cache belongs to the runtime the layer was built for; built for another (another device, or the same at
 another precision) the layer starts an empty pool there. `device_cache()` downloads what it holds, for tests
@@ -36,6 +41,7 @@ from kuiper.opencl.indices import host_indices
 from kuiper.opencl.layer import OpenCLLayer
 from kuiper.opencl.reduce import GROUP_SIZE
 from kuiper.opencl.registry import opencl
+from kuiper.opencl.replay import stale_recordings
 from kuiper.opencl.runtime import DeviceTensor, round_up
 
 #: keys a work-group of one scores before it folds them into its accumulator (cached_attention_rows: CHUNK):
@@ -45,13 +51,42 @@ CPU_CHUNK = 128
 
 @opencl("kuiper.CachedAttention")
 class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
-    replayable = False  # its launches follow the positions its cache holds
     cache_k = cache_v = None  # the pool is two device buffers (`pool`): device_cache() downloads them
 
     def __init__(self, op):
         super().__init__(op)
         self.cl_runtime = None  # the runtime the kernels and the pool belong to
         self.cl_slots = 0       # slots per buffer of the pool
+        self.cl_pages = None    # a model's layouts, one after another, for replayed launches (refresh_opencl)
+
+    @property
+    def replayable(self) -> bool:
+        """With a model's pool and layout: its own cache's launches follow the positions it holds."""
+        return self.layout is not None and self.pool_blocks is not None
+
+    def use_pool(self, blocks: int) -> None:
+        super().use_pool(blocks)
+        self.cl_pages = None
+        stale_recordings()  # recorded forwards read the pool and pages the layer had before
+
+    def refresh_opencl(self, q) -> None:
+        """Before each forward, recorded or replayed: the layout's slots, ends and tables into `cl_pages`, made
+        for the pool at the first (a token takes a slot, a table at most every block: 3 ints a slot, 1 a block)."""
+        if not self.replayable:
+            return
+        if self.cl_pages is None:
+            self.cl_pages = self.cl_runtime.allocate(4 * (3 * BLOCK_SIZE + 1) * self.pool_blocks)
+        q.write(self.cl_pages, self.layout_array(self.layout))
+
+    @staticmethod
+    def layout_array(layout) -> np.ndarray:
+        """The layout as the kernels read it: slots, ends (positions + 1), table_at and tables, int32."""
+        array = layout.device.get("array")
+        if array is None:
+            ends = layout.positions.ravel() + 1
+            array = layout.device["array"] = np.concatenate([layout.slots, ends, layout.table_at, layout.tables]) \
+                .astype(np.int32)
+        return array
 
     def build_opencl(self, rt):
         if rt is self.cl_runtime:  # built again (run_opencl builds at every call): the cache stays
@@ -70,20 +105,26 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         self.cl_space = {}  # local memory objects by size
 
     def layout_index(self, layout) -> tuple:
-        """(the layout's int32 buffer on this runtime, the offsets of ends, table_at and tables in it)."""
+        """(the layout's int32 buffer on this runtime, the offsets of ends, table_at and tables in it): the layer's
+        own buffer with a model's pages, else one uploaded once per layout and runtime."""
+        tokens = layout.slots.size
+        if self.replayable:
+            return self.cl_pages, tokens, 2 * tokens, 3 * tokens
         found = layout.device.get(self.cl_runtime)
         if found is None:
-            tokens = layout.slots.size
-            ends = layout.positions.ravel() + 1
-            array = np.concatenate([layout.slots, ends, layout.table_at, layout.tables]).astype(np.int32)
-            found = layout.device[self.cl_runtime] = (self.cl_runtime.upload(array), tokens, 2 * tokens, 3 * tokens)
+            found = layout.device[self.cl_runtime] = (self.cl_runtime.upload(self.layout_array(layout)), tokens,
+                                                      2 * tokens, 3 * tokens)
         return found
 
     def forward_opencl(self, q, inputs, outputs):
         query, key, value, positions = inputs
         out = outputs[0]
         batch, _, tokens, dim = query.shape
-        layout, fresh = self.step(batch, tokens, host_indices(q, positions))
+        if self.replayable:
+            layout, fresh = self.layout, self.pool is None
+            self.check_reach(layout)
+        else:
+            layout, fresh = self.step(batch, tokens, host_indices(q, positions))
         rt = self.cl_runtime
         if fresh:
             self.cl_slots = self.blocks(batch) * BLOCK_SIZE
@@ -103,8 +144,8 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
             q.run(self.cl_rows, (rows,), (1,), out.buffer, query.buffer, cache_k, cache_v, index, rows,
                   self.num_heads, self.num_kv_heads, tokens, *common)
             return
-        # a group no larger than the row needs: at most one work-item per key or coordinate
-        longest = int(layout.positions.max()) + 1
+        # a group no larger than the row needs: at most one work-item per key or coordinate (replayed: any row)
+        longest = self.max_positions if self.replayable else int(layout.positions.max()) + 1
         group = min(self.cl_largest, 1 << (max(longest, dim) - 1).bit_length())
         chunk = CPU_CHUNK if group == 1 else group
         q.run(self.cl_attend, (rows * group,), (group,), out.buffer, query.buffer, cache_k, cache_v, index,

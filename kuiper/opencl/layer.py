@@ -20,6 +20,9 @@ class OpenCLLayer:
     #: whether the launches of forward_opencl follow from the input shapes alone, so that a recorded forward may
     #: enqueue them again (kuiper/opencl/replay.py); False for a layer whose launches follow state it keeps
     replayable = True
+    #: a layer whose launches read host data, in buffers of its own, that changes between forwards of the same
+    #: shapes defines refresh_opencl(q), which writes it (q.write) before each forward, recorded or replayed
+    refresh_opencl = None
 
     @property
     def supports_opencl(self) -> bool:
@@ -50,6 +53,8 @@ class OpenCLLayer:
                       for s, d in zip(shapes, dtypes)]
         q = Enqueuer(rt)
         q.begin(self.op, ())
+        if self.refresh_opencl is not None:
+            self.refresh_opencl(q)
         self.forward_opencl(q, device_in, device_out)
         q.finish()
         return [t.numpy().astype(d, copy=False) for t, d in zip(device_out, dtypes)]  # float32 again if stored as fp16

@@ -11,10 +11,13 @@ the same for torch.
 An operator that uploads anything of its own or waits for the device (one that reads a tensor back, one with no
 OpenCL forward) depends on more than its shapes, and so does a layer whose launches follow state it keeps
 (`replayable = False`, kuiper/opencl/layer.py): the recording keeps such an operator itself, and a replay runs
-it again, live, between the launches of the others. A language model's decode step replays every matrix
-product and norm, and runs its embedding (which checks the ids) and its KV-cache attention live. A recording
-made before any layer's variant choice changed (`Variants.changes`, as a test or a
-measurement switches kernels) is dropped, and the next forward records anew.
+it again, live, between the launches of the others. A layer whose launches read host data that changes from one
+forward to the next, in buffers of its own, writes it in `refresh_opencl`, which a replay calls before the
+layer's launches. A language model's decode step replays every matrix product, norm and its attention over the
+paged cache (whose refresh uploads the step's page layout), and runs its embedding (which checks the ids) live.
+A recording made before any layer's variant choice changed (`Variants.changes`, as a test or a measurement
+switches kernels), or before a layer's buffers changed (`stale_recordings`), is dropped, and the next forward
+records anew.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ class Replay:
         self.variants_changes = variants_changes  # Variants.changes when the recording began
         self.steps = []
         for kind, *what in recording:
-            if kind == "live":  # the operator itself, to run again (call None)
-                self.steps.append((None, what[0], ()))
+            if kind in ("live", "refresh"):  # the operator itself, to run again or to refresh (call: the kind)
+                self.steps.append((kind, what[0], ()))
             elif kind == "kernel":
                 kernel, global_size, local_size, args, offset = what
                 bound = rt.kernel_copy(kernel)
@@ -50,13 +53,21 @@ class Replay:
         """Whether every layer still runs the variants it ran when this was recorded."""
         return Variants.changes == self.variants_changes
 
-    def enqueue(self, queue, live) -> None:
-        """Enqueue the launches, and call live(op) for each operator kept live, in the recorded order."""
+    def enqueue(self, queue, live, refresh) -> None:
+        """Enqueue the launches, and call live(op) for each operator kept live and refresh(op) before the launches
+        of each that refreshes its buffers, in the recorded order."""
         for call, args, _ in self.steps:
-            if call is None:
+            if call == "live":
                 live(args)
+            elif call == "refresh":
+                refresh(args)
             else:
                 call(queue, *args)
+
+
+def stale_recordings() -> None:
+    """Drop every recorded forward: a layer's launches now read other buffers than those they recorded."""
+    Variants.changes += 1
 
 
 def _copy(queue, dest, src, nbytes, dest_offset, src_offset):

@@ -99,7 +99,11 @@ class OpenCLExecutor:
         def live(op):
             self.run(op, [plan.tensors[o.name] for o in op.input_operands],
                      [plan.tensors[o.name] for o in op.output_operands], plan)
-        plan.replay.enqueue(self.enqueuer.queue, live)
+
+        def refresh(op):
+            self.enqueuer.begin(op, ())
+            op.layer.refresh_opencl(self.enqueuer)
+        plan.replay.enqueue(self.enqueuer.queue, live, refresh)
         return True
 
     def feed(self, op, array, plan) -> DeviceTensor:
@@ -122,8 +126,15 @@ class OpenCLExecutor:
     def run(self, op, inputs: list, outputs: list, plan) -> None:
         q = self.enqueuer
         q.begin(op, [o.producer for o in op.input_operands] + plan.reuse_waits.get(op.name, []))
+        refresh = getattr(op.layer, "refresh_opencl", None)  # (a host fallback is not an OpenCLLayer)
+        if refresh is not None and op not in self.host_fallbacks:
+            recording, q.recording = q.recording, None  # its uploads are each forward's own
+            refresh(q)
+            q.recording = recording
+            if recording is not None:
+                recording.append(("refresh", op))
         recorded = len(q.recording) if q.recording is not None else None
-        q.live = not getattr(op.layer, "replayable", False)  # (a host fallback is not an OpenCLLayer)
+        q.live = not getattr(op.layer, "replayable", False)
         if op in self.host_fallbacks:
             q.run_on_host(op.layer, inputs, outputs)
         else:

@@ -101,3 +101,24 @@ def test_a_variant_chosen_anew_is_recorded_anew(cl_runtime):
     op.layer.variants.use(shapes, other)
     np.testing.assert_allclose(graph.forward(*inputs)[0], refs[0], rtol=1e-4, atol=1e-4 * np.abs(refs[0]).max())
     assert plan.replay is not before and plan.replay is not None
+
+
+def test_a_decode_step_replays_its_attention_over_the_pages(cl_runtime, monkeypatch):
+    """A language model's attention layers hold its pool and page layouts: a replayed step refreshes the layout
+    they read and walks none of them, and the greedy tokens stay numpy's."""
+    import kuiper.llm
+    from conftest import MODELS
+
+    path = MODELS / "llm" / "llama_gqa"
+    ids = [5, 17, 42, 7]
+    expected = list(kuiper.llm.load(path, backend="numpy").tokens(ids, 12))
+    lm = kuiper.llm.load(path, backend="opencl", device=spec_of(cl_runtime.device))
+    assert list(lm.tokens(ids, 12)) == expected  # the prefill's and a decode step's plans recorded
+    refreshed = []
+    for layer in lm.attention:
+        assert layer.replayable
+        monkeypatch.setattr(layer, "forward_opencl", lambda *args: pytest.fail("a replayed attention walked"))
+        refresh = layer.refresh_opencl
+        monkeypatch.setattr(layer, "refresh_opencl", lambda q, refresh=refresh: refreshed.append(1) or refresh(q))
+    assert list(lm.tokens(ids, 12)) == expected
+    assert len(refreshed) == 12 * len(lm.attention)  # the prefill and 11 decode steps
