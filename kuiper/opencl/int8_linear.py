@@ -11,7 +11,7 @@ each widened weight serves TOKENS tokens and each loaded input ROWS features. Th
 from __future__ import annotations
 
 from kuiper.layers import int8_linear
-from kuiper.opencl.layer import OpenCLLayer
+from kuiper.opencl.layer import FeaturesLayer
 from kuiper.opencl.registry import opencl
 
 #: output features and tokens a work-item computes in a prefill's whole blocks of tokens
@@ -19,7 +19,7 @@ BLOCK = (2, 4)
 
 
 @opencl("kuiper.Int8Linear")
-class Int8Linear(OpenCLLayer, int8_linear.Int8Linear):
+class Int8Linear(FeaturesLayer, int8_linear.Int8Linear):
     @property
     def supports_opencl(self) -> bool:
         """The kernel widens whole vectors of 8 weights of one group: other group sizes run on the host."""

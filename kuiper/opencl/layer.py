@@ -60,6 +60,16 @@ class OpenCLLayer:
         return [t.numpy().astype(d, copy=False) for t, d in zip(device_out, dtypes)]  # float32 again if stored as fp16
 
 
+class FeaturesLayer(OpenCLLayer):
+    """The OpenCL side of a layer over features (kuiper/layers/linear.py's Features: Linear, Int8Linear)."""
+
+    @property
+    def replayable(self) -> bool:
+        """Not while computing the last row alone: a forward recorded so would skip the rows a later one asks for,
+        so the recording keeps the layer live (a forward recorded with every row serves both)."""
+        return not self.last_row_only
+
+
 def runs_on_device(layer) -> bool:
     """Whether the OpenCL executor enqueues this layer's kernels (else it runs on the host, between transfers)."""
     return isinstance(layer, OpenCLLayer) and layer.supports_opencl

@@ -14,12 +14,12 @@ import math
 
 from kuiper.layers import linear
 from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, NO_EPILOGUE, ConstantB, Gemm, Matrix
-from kuiper.opencl.layer import OpenCLLayer
+from kuiper.opencl.layer import FeaturesLayer
 from kuiper.opencl.registry import opencl
 
 
 @opencl("nn.Linear")
-class Linear(OpenCLLayer, linear.Linear):
+class Linear(FeaturesLayer, linear.Linear):
     #: the fused steps the GEMM applies as it stores the output (a KernelEpilogue, set by FusedLayer)
     cl_epilogue = NO_EPILOGUE
 

@@ -4,9 +4,10 @@ For inputs of the same shapes, every operator of a plan enqueues the same kernel
 buffers are the plan's, its variants were chosen per shape, its scalars follow from the shapes. What costs the
 host time is finding them again: the BFS, each layer's forward_opencl, the argument packing. At batch 1 on a
 fast GPU that walk takes longer than the device takes to compute (docs/performance.md). So the OpenCL executor
-records the first forward of each plan (Enqueuer.recording), and later forwards upload their inputs and enqueue
+records the second forward of each plan (Enqueuer.recording), and later forwards upload their inputs and enqueue
 the recording: one call per kernel, whose arguments were set once on a Kernel object of its own. CUDA graphs do
-the same for torch.
+the same for torch. Not the first: making those Kernel objects costs several walks, which a plan used once (a
+server's packed step of a length it meets once) would pay for nothing.
 
 An operator that uploads anything of its own or waits for the device (one that reads a tensor back, one with no
 OpenCL forward) depends on more than its shapes, and so does a layer whose launches follow state it keeps

@@ -2,7 +2,7 @@
 buffers from the device's pool, every operator enqueued without waiting, one upload per input and one download
 per output. Operators whose layer has no OpenCL forward run on numpy with explicit transfers. With
 precision="fp16" the inputs cross as float32 into a staging buffer and a kernel stores them as half on the
-device (cl/convert.cl), and the outputs come back the same way. A plan's first forward is recorded, and later
+device (cl/convert.cl), and the outputs come back the same way. A plan's second forward is recorded, and later
 ones replay it where they can (kuiper/opencl/replay.py)."""
 
 from __future__ import annotations
@@ -82,9 +82,12 @@ class OpenCLExecutor:
         self.plan = plan
         if plan.replay is not None and not plan.replay.current:
             plan.replay = None  # a layer's variant changed since: record again
-        record, changes = not q.levels and plan.replay is None, Variants.changes
+        # recorded at its second walk: making a Replay costs several walks (a Kernel object per launch), and a plan
+        # used once (a server's packed step of a length it will not meet again soon) never pays for it
+        record, changes = not q.levels and plan.replay is None and plan.forwards > 0, Variants.changes
         q.recording = [] if record else None
         yield
+        plan.forwards += 1
         if record:
             plan.replay = Replay(self.runtime, q.recording, changes)
 

@@ -104,6 +104,7 @@ class ExecutionPlan:
         self.variants = {}     # operator name -> the variant chosen for these shapes
         self.reuse_waits = {}  # operator name -> operators it must wait for (see reuse_waits)
         self.replay = None     # a recorded forward that the backend enqueues again (kuiper/opencl/replay.py)
+        self.forwards = 0      # forwards run with this plan (the OpenCL executor records the second)
 
     def place(self, slots: list, view) -> None:
         """Give every pooled operand its tensor, `view(slot, shape, dtype)`, and every alias a view of the slot of
