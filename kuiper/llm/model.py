@@ -170,13 +170,12 @@ class LanguageModel:
         its sequence (paged.py): their logits, a (len(ids), vocab) array each, the sequences advanced. Each
         sequence attends to its own positions only, so its logits are those of a forward of it alone.
         last_rows=True: each sequence's last row alone, (vocab,), all a step samples from; lm_head then computes
-        those rows alone on the numpy backends (the OpenCL Linear computes every row, or the last alone)."""
+        those rows alone (`gather_rows`)."""
         tokens, positions, layout = pack(entries)
         for layer in self.attention:
             layer.use(layout)
         ends = np.cumsum([len(ids) for _, ids in entries])
-        gather = last_rows and self.graph.backend != "opencl"
-        self._head.gather_rows = ends - 1 if gather else None
+        self._head.gather_rows = ends - 1 if last_rows else None
         try:
             (logits,) = self.graph.forward(tokens, positions)
         finally:
@@ -184,7 +183,7 @@ class LanguageModel:
         for sequence, ids in entries:
             sequence.length += len(ids)
         if last_rows:
-            return list(logits[0, :len(entries)] if gather else logits[0, ends - 1])
+            return list(logits[0, :len(entries)])
         return np.split(logits[0], ends[:-1])
 
     def _prompt(self, ids) -> list:

@@ -38,11 +38,13 @@ class Int8Linear(FeaturesLayer, int8_linear.Int8Linear):
 
     def forward_opencl(self, q, inputs, outputs):
         y = outputs[0]
-        tokens = y.size // self.out_features
+        x, first, count = self.input_rows(q, inputs[0])
         rows, per = BLOCK
-        whole = 0 if self.last_row_only else tokens - tokens % per
-        first = tokens - 1 if self.last_row_only else whole
-        args = (y.buffer, inputs[0].buffer, self.cl_q, self.cl_scales, self.cl_bias, int(self.bias is not None))
+        tokens = first + count
+        # where every row from 0 is asked for, whole blocks of `per` tokens, then the rest one by one
+        whole = 0 if first else count - count % per
+        first = first or whole
+        args = (y.buffer, x, self.cl_q, self.cl_scales, self.cl_bias, int(self.bias is not None))
         sizes = (self.in_features, self.out_features, len(self.scales[0]))
         if whole:
             q.run(self.cl_block, (-(-self.out_features // rows), whole // per), None, *args, 0, *sizes)

@@ -61,13 +61,34 @@ class OpenCLLayer:
 
 
 class FeaturesLayer(OpenCLLayer):
-    """The OpenCL side of a layer over features (kuiper/layers/linear.py's Features: Linear, Int8Linear)."""
+    """The OpenCL side of a layer over features (kuiper/layers/linear.py's Features: Linear, Int8Linear), which
+    may compute some rows of its input alone: the last (`last_row_only`), or `gather_rows`."""
 
     @property
     def replayable(self) -> bool:
-        """Not while computing the last row alone: a forward recorded so would skip the rows a later one asks for,
+        """Not while computing some rows alone: a forward recorded so would skip the rows a later one asks for,
         so the recording keeps the layer live (a forward recorded with every row serves both)."""
-        return not self.last_row_only
+        return not self.last_row_only and self.gather_rows is None
+
+    def input_rows(self, q, x: DeviceTensor) -> tuple:
+        """(buffer, first, count): the input rows this forward computes, `count` rows from row `first` of `buffer`,
+        into the output's rows from `first`: every row; the last alone; or the rows gather_rows names, copied in
+        their order into a scratch buffer (cl/embedding.cl's gather), into the output's first rows."""
+        rows = x.size // self.in_features
+        if self.gather_rows is None:
+            first = rows - 1 if self.last_row_only else 0
+            return x.buffer, first, rows - first
+        from kuiper.opencl.indices import IndexKernels
+
+        rt, ids = q.runtime, np.asarray(self.gather_rows, np.int32)
+        if getattr(self, "cl_gather", None) is None:
+            self.cl_gather = IndexKernels(rt, "embedding.cl", "embedding_rows")
+        indices = q.scratch("gathered ids", ids.nbytes)
+        q.write(indices, ids)
+        gathered = q.scratch("gathered rows", len(ids) * self.in_features * rt.stored(np.float32).itemsize)
+        q.run(self.cl_gather[ids.dtype], (-(-self.in_features // 16) * 16, len(ids)), None, gathered, indices,
+              x.buffer, len(ids), self.in_features, rows)
+        return gathered, 0, len(ids)
 
 
 def runs_on_device(layer) -> bool:

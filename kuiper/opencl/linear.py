@@ -36,11 +36,12 @@ class Linear(FeaturesLayer, linear.Linear):
         y = outputs[0]
         if not y.size:  # OpenCL refuses an empty range
             return
-        rows = y.size // self.out_features
-        # the last row alone where asked (a fused epilogue reads the tensors it adds by the output's index: not then)
-        first = rows - 1 if self.last_row_only and self.cl_epilogue is NO_EPILOGUE else 0
-        shape = inputs[0].shape if not first else (1, self.in_features)
-        self.gemm(q, rows - first, a=Matrix(inputs[0].buffer, self.in_features, offset=first * self.in_features),
+        if self.cl_epilogue is NO_EPILOGUE:
+            x, first, rows = self.input_rows(q, inputs[0])
+        else:  # every row: a fused epilogue reads the tensors it adds by the output's index
+            x, first, rows = inputs[0].buffer, 0, y.size // self.out_features
+        shape = inputs[0].shape if rows == y.size // self.out_features else (rows, self.in_features)
+        self.gemm(q, rows, a=Matrix(x, self.in_features, offset=first * self.in_features),
                   **self.cl_weight_t.operands(Matrix(y.buffer, self.out_features, offset=first * self.out_features)),
                   bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
                   epilogue=self.cl_epilogue.args(inputs, y), variant=self.variants.pick((shape,)))

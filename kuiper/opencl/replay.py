@@ -39,8 +39,7 @@ class Replay:
                 self.steps.append((kind, what[0], ()))
             elif kind == "kernel":
                 kernel, global_size, local_size, args, offset = what
-                bound = rt.kernel_copy(kernel)
-                bound.set_args(*args)  # args stays in the step: the kernel does not keep its buffers alive
+                bound = rt.kernel_copy(kernel, args)  # args stays in the step: the kernel keeps no buffer alive
                 self.steps.append((cl.enqueue_nd_range_kernel, (bound, global_size, local_size, offset), args))
             else:
                 dest, src, nbytes, dest_offset, src_offset = what

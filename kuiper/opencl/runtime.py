@@ -76,7 +76,7 @@ class OpenCLRuntime:
         self._programs = {}
         self._arg_types = {}  # id(program) -> {kernel: argument type names} for programs made from kept binaries
         self._kernels = {}
-        self._kernel_names = {}  # kernel -> its arguments' type names (kernel_copy)
+        self._kernel_types = {}  # kernel -> (its program, name, arguments' scalar types) (kernel_copy)
         self._views = {"fp32": self}
         self.pool = BufferPool(self)
         self.scratch = {}  # role -> the Scratch that every operator takes for it (Enqueuer.scratch)
@@ -197,16 +197,21 @@ class OpenCLRuntime:
             kernel = getattr(program, name)
             # a program made from a kept binary may carry no argument info: the names kept with it stand in
             names = self._arg_types.get(id(program), {}).get(name) or _arg_type_names(kernel, name)
-            kernel.set_scalar_arg_dtypes(_scalar_types(names))
+            types = _scalar_types(names)
+            kernel.set_scalar_arg_dtypes(types)
             self._kernels[key] = kernel  # only once it is fully set up: a failure above is not remembered
-            self._kernel_names[kernel] = names
+            self._kernel_types[kernel] = (kernel.program, kernel.function_name, types)
         return kernel
 
-    def kernel_copy(self, kernel):
-        """Another Kernel object for the function of `kernel` (one of kernel()'s), its scalar types declared alike:
-        one whose arguments can be set once and kept, where kernel() hands every caller the same object."""
-        copy = _cl().Kernel(kernel.program, kernel.function_name)
-        copy.set_scalar_arg_dtypes(_scalar_types(self._kernel_names[kernel]))
+    def kernel_copy(self, kernel, args: tuple):
+        """Another Kernel object for the function of `kernel` (one of kernel()'s), `args` set on it for good:
+        kernel() hands every caller the same object. Its scalars are converted here to the types the function
+        declares, rather than declared on the copy: pyopencl compiles an argument packer for each Kernel
+        whose types are declared, which made a copy cost twice the driver's clCreateKernel."""
+        program, name, types = self._kernel_types[kernel]
+        copy = _cl().Kernel(program, name)
+        copy.set_args(*(np.dtype(t).type(a) if t is not None and isinstance(a, (int, float)) else a  # arrays: bytes
+                        for a, t in zip(args, types)))
         return copy
 
     def source_hash(self, file) -> str:
