@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from kuiper.core.errors import InputError
 from kuiper.layers import cached_attention
 from kuiper.layers.pages import BLOCK_SIZE
 from kuiper.opencl.indices import host_indices
@@ -74,9 +75,15 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         for the pool at the first (a token takes a slot, a table at most every block: 3 ints a slot, 1 a block)."""
         if not self.replayable:
             return
+        capacity = 4 * (3 * BLOCK_SIZE + 1) * self.pool_blocks
         if self.cl_pages is None:
-            self.cl_pages = self.cl_runtime.allocate(4 * (3 * BLOCK_SIZE + 1) * self.pool_blocks)
-        q.write(self.cl_pages, self.layout_array(self.layout))
+            self.cl_pages = self.cl_runtime.allocate(capacity)
+        array = self.layout_array(self.layout)
+        if array.nbytes > capacity:  # a layout whose tokens or tables outnumber the pool's slots or blocks
+            raise InputError(f"{self.op.type} operator '{self.op.name}': a page layout of {self.layout.tokens} tokens "
+                             f"and {self.layout.tables.size} table entries does not fit a pool of "
+                             f"{self.pool_blocks} blocks")
+        q.write(self.cl_pages, array)
 
     @staticmethod
     def layout_array(layout) -> np.ndarray:

@@ -149,6 +149,22 @@ def test_the_layout_must_match_the_forward():
         layer.run_numpy(q, k, v, np.array([8, 9]))
 
 
+@pytest.mark.skipif(not OPENCL_DEVICES, reason="no usable OpenCL device")
+def test_a_layout_larger_than_the_pool_is_refused_on_opencl():
+    """The OpenCL layer keeps a model's layouts in a buffer sized for its pool: a layout naming more blocks than
+    the pool has is the caller's error, not a write past that buffer."""
+    from kuiper.opencl import get_runtime
+
+    layer = make_layer("kuiper.CachedAttention", backend="opencl",
+                       params=dict(num_heads=2, num_kv_heads=1, head_dim=4, max_positions=64),
+                       input_shapes=[(1, 2, 40, 4), (1, 1, 40, 4), (1, 1, 40, 4), (40,)])
+    layer.use_pool(2)
+    layer.use(PageLayout([Span(0, 0, 40, 0, (0, 1, 2))], 1, 40))
+    q, k, v = data(1, 2, 40, 4), data(1, 1, 40, 4), data(1, 1, 40, 4)
+    with pytest.raises(InputError, match="does not fit a pool of 2 blocks"):
+        layer.run_opencl(get_runtime(OPENCL_DEVICES[0]), q, k, v, np.arange(40))
+
+
 BACKENDS = [("numpy", None), ("reference", None)] + [("opencl", spec) for spec in OPENCL_DEVICES]
 
 
