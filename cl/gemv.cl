@@ -4,7 +4,7 @@
 // Work-group (LX, LK) covers 4 * LX columns of C: work-item (x, kk) owns columns n .. n + 3 (one float4 of each
 // row of B) and sums rows k = kk, kk + LK, ... of B for them, for up to ROWS rows of A (group_id(1) picks the
 // block of ROWS rows; a product of more rows reads B once per block). Consecutive work-items read consecutive
-// float4 of one row of B, and a warp several rows: every byte of each 32-byte sector it fetches is used. The
+// float4 of one row of B, and a warp several rows: in fp32 every byte of each 32-byte sector it fetches is used. The
 // group then adds its LK partial sums in local memory, a halving tree, and stores C with the bias and epilogue.
 //
 // With SPLIT defined (a product with too few column groups to fill the device), global dimension 2 runs over
