@@ -23,11 +23,11 @@ GEMV_GROUPS = ((8, 32), (2, 128))
 #: the rows of A a work-group multiplies (more rows: one group per block of them, each reading B again)
 GEMV_ROWS = 4
 #: a B of fewer bytes than this takes the narrow groups: four times as many work-groups, so that a short K needs
-#: no split and no second kernel, which costs more than whole lines save on a product done in microseconds (on an
-#: H200: 896 x 896, 11.7 against 18.0 us); larger ones read whole 128-byte lines (2048 x 2048: 17.3 against 24.9)
+#: no split and no second kernel, which costs more than whole lines save on a product done in microseconds;
+#: larger ones read whole 128-byte lines (docs/performance.md has both timed)
 GEMV_NARROW_BYTES = 4 << 20
-#: Gemm's rule takes gemv on GPUs for products of at most this many rows: on an H200 it beats every tile up to 8
-#: rows on every decode shape of benchmarks/products.py, though it reads B twice
+#: Gemm's rule takes gemv on GPUs for products of at most this many rows: up to 8 it beat every tile on every
+#: decode shape of benchmarks/products.py, though it reads B twice
 GEMV_MAX_ROWS = 8
 #: split-K slices give each work-item at least this many rows of B
 GEMV_SPAN = 4

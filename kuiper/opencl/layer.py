@@ -64,6 +64,8 @@ class FeaturesLayer(OpenCLLayer):
     """The OpenCL side of a layer over features (kuiper/layers/linear.py's Features: Linear, Int8Linear), which
     may compute some rows of its input alone: the last (`last_row_only`), or `gather_rows`."""
 
+    cl_gather = None  # cl/embedding.cl's row gather, made at the first forward that gathers
+
     @property
     def replayable(self) -> bool:
         """Not while computing some rows alone: a forward recorded so would skip the rows a later one asks for,
@@ -81,7 +83,7 @@ class FeaturesLayer(OpenCLLayer):
         from kuiper.opencl.indices import IndexKernels
 
         rt, ids = q.runtime, np.asarray(self.gather_rows, np.int32)
-        if getattr(self, "cl_gather", None) is None:
+        if self.cl_gather is None:
             self.cl_gather = IndexKernels(rt, "embedding.cl", "embedding_rows")
         indices = q.scratch("gathered ids", ids.nbytes)
         q.write(indices, ids)

@@ -206,8 +206,8 @@ class OpenCLRuntime:
     def kernel_copy(self, kernel, args: tuple):
         """Another Kernel object for the function of `kernel` (one of kernel()'s), `args` set on it for good:
         kernel() hands every caller the same object. Its scalars are converted here to the types the function
-        declares, rather than declared on the copy: pyopencl compiles an argument packer for each Kernel
-        whose types are declared, which made a copy cost twice the driver's clCreateKernel."""
+        declares, rather than declared on the copy: pyopencl would compile an argument packer for each copy,
+        which costs as much again as the driver's clCreateKernel."""
         program, name, types = self._kernel_types[kernel]
         copy = _cl().Kernel(program, name)
         copy.set_args(*(np.dtype(t).type(a) if t is not None and isinstance(a, (int, float)) else a  # arrays: bytes

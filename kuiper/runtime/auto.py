@@ -4,7 +4,7 @@ devices that the probe finds usable (kuiper/opencl/devices.py), once per process
   1. a usable OpenCL GPU: opencl on the first one;
   2. else Intel's CPU OpenCL runtime, where usable: opencl on it. It ran ResNet-18 faster than the numpy backend
      at batch 1 and 8 on every CPU it was measured on (docs/performance.md);
-  3. else numpy. PoCL on a CPU is left out: it beat numpy on an AMD Zen 4 and lost to it on an Intel Xeon.
+  3. else numpy. PoCL on a CPU is left out: whether it beats numpy depends on the CPU (docs/performance.md).
 
 A rule over the probed devices costs one probe of the candidates; a timing run at every load would cost
 forwards. fp32 only. KUIPER_BACKEND (numpy, reference, opencl or auto) replaces the default; a device named
