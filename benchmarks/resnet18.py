@@ -49,8 +49,9 @@ def main() -> None:
                         "--processes, ENGINE=DIR runs ENGINE from the kuiper checkout in DIR")
     parser.add_argument("--device", help="kuiper's OpenCL device (P:D or a name substring)")
     parser.add_argument("--torch-device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
-                        help="fp16: kuiper OpenCL stores tensors as half (precision='fp16'), torch runs model.half()")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "tf32"),
+                        help="fp16: kuiper OpenCL stores tensors as half (precision='fp16'), torch runs model.half(); "
+                             "tf32: kuiper's precision='tf32', torch with TF32 allowed (its default for convolutions)")
     parser.add_argument("--processes", type=int, metavar="ROUNDS",
                         help="run every engine in a fresh process of its own, in turn, for this many rounds")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -162,7 +163,7 @@ def make_engine(name: str, args, x):
                if backend == "opencl" else {})
     graph = kuiper.load(MODEL_DIR / "resnet18.pnnx.param", backend=backend, **{k: v for k, v in options.items() if v})
     label = f"kuiper-{name}" + (f" ({graph.backend})" if backend == "auto" else "")
-    label += "-fp16" if args.precision == "fp16" else ""
+    label += f"-{args.precision}" if args.precision != "fp32" else ""
     if graph.backend == "opencl":
         from kuiper.opencl import describe
 
@@ -217,8 +218,7 @@ def torch_engine(args, x, graphs: bool = False):
         print(f"torch not available ({e}); not timing it")
         return None
     torch.set_num_threads(args.threads)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
     device = torch.device(args.torch_device)
     half = args.precision == "fp16"
     model = build_model("resnet18").to(device)
@@ -233,7 +233,8 @@ def torch_engine(args, x, graphs: bool = False):
     if graphs:
         forward = cuda_graph_forward(torch, model, tx, device, half)
     mode = "cuda-graphs" if graphs else "eager"
-    label = f"torch-{torch.__version__}-{mode}-{args.torch_device}" + ("-fp16" if half else "")
+    label = f"torch-{torch.__version__}-{mode}-{args.torch_device}"
+    label += f"-{args.precision}" if args.precision != "fp32" else ""
     if device.type == "cuda":
         label += f" ({torch.cuda.get_device_name(device)})"
     return label, forward

@@ -10,7 +10,8 @@
 // compile time. The products are a macro (PRODUCT): PoCL does not fold the entries through a function's array
 // argument, which makes the transforms several times slower. V and M, the transformed tiles, are float
 // whatever the storage precision: the transforms add numbers up to ~100x the inputs' size that cancel in the
-// end, which half would round away.
+// end, which half would round away. F(2x2)'s only add and subtract a few, so with -DSTORED_TILES V and M are
+// stored as tensors are (cl/store.h), for a GEMM at the storage precision (on tensor cores).
 //
 // A launch covers the `tiles` tiles of a chunk of whole tile rows, from row `first` of the batch's tile rows on
 // (the host keeps a chunk's V and M in the cache on CPUs). Tile t of the chunk is tile g = first * tiles_w + t
@@ -21,6 +22,16 @@
 #include "lanes.h"
 
 #define WA (WM + 2)
+
+#ifdef STORED_TILES
+#define tile_t store_t
+#define TILE_LOAD(p, i) LOAD(p, i)
+#define TILE_STORE(p, i, v) STORE(p, i, v)
+#else
+#define tile_t float
+#define TILE_LOAD(p, i) ((p)[i])
+#define TILE_STORE(p, i, v) ((p)[i] = (v))
+#endif
 
 // out (rows x cols) = init + a matrix product summed over WA: out[i_][j_] adds entry * value for k_ = 0 .. WA-1,
 // `entry` the transform matrix's entry and `value` the tile's, both written in i_, j_ and k_: B^T d is
@@ -34,8 +45,8 @@
             if ((entry) != 0.0f) out[i_][j_] += (entry) * (value);                                      \
     }
 
-__kernel OWN_LANES void winograd_input(__global float* restrict V, __global const store_t* restrict x, const int channels,
-                             const int height, const int width, const int pad_h, const int pad_w,
+__kernel OWN_LANES void winograd_input(__global tile_t* restrict V, __global const store_t* restrict x,
+                             const int channels, const int height, const int width, const int pad_h, const int pad_w,
                              const int tiles_h, const int tiles_w, const int tiles, const int first) {
     const int t = get_global_id(0), c = get_global_id(1);
     if (t >= tiles) return;
@@ -60,13 +71,13 @@ __kernel OWN_LANES void winograd_input(__global float* restrict V, __global cons
     #pragma unroll
     for (int i = 0; i < WA; ++i) {
         #pragma unroll
-        for (int j = 0; j < WA; ++j) V[((long)(i * WA + j) * channels + c) * tiles + t] = v[i][j];
+        for (int j = 0; j < WA; ++j) TILE_STORE(V, ((long)(i * WA + j) * channels + c) * tiles + t, v[i][j]);
     }
 }
 
 // Not OWN_LANES: Intel's runtime then merges work-items into vector lanes as PoCL does, which makes a fused
 // activation vector code
-__kernel void winograd_output(__global store_t* restrict y, __global const float* restrict M,
+__kernel void winograd_output(__global store_t* restrict y, __global const tile_t* restrict M,
                               __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,
                               const int channels, const int out_h, const int out_w, const int tiles_h,
                               const int tiles_w, const int tiles, const int first) {
@@ -81,7 +92,7 @@ __kernel void winograd_output(__global store_t* restrict y, __global const float
     #pragma unroll
     for (int i = 0; i < WA; ++i) {
         #pragma unroll
-        for (int j = 0; j < WA; ++j) m[i][j] = M[((long)(i * WA + j) * channels + o) * tiles + t];
+        for (int j = 0; j < WA; ++j) m[i][j] = TILE_LOAD(M, ((long)(i * WA + j) * channels + o) * tiles + t);
     }
     const float b = has_bias ? LOAD(bias, o) : 0.0f;
     float f[WM][WA], s[WM][WM];

@@ -13,7 +13,8 @@ nothing (every committed model: nothing can be downloaded where they are made).
 An output matches when its largest absolute difference from PyTorch's is at most TOLERANCE times PyTorch's
 largest absolute value: float32 layers that sum in another order than PyTorch's drift by a few units in the
 last place, far below that, while a wrong layer is off by much more. With precision fp16 every tensor between
-two layers is rounded to half (2^-11 relative) and the allowance is a hundredth (TOLERANCES).
+two layers is rounded to half (2^-11 relative) and the allowance is a hundredth (TOLERANCES); tf32 rounds the
+operands of products on tensor cores to the same 10 bits of mantissa and is allowed as much.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from kuiper.core.errors import ConfigError
 
-TOLERANCES = {"fp32": 1e-4, "fp16": 1e-2}
+TOLERANCES = {"fp32": 1e-4, "fp16": 1e-2, "tf32": 1e-2}
 TOLERANCE = TOLERANCES["fp32"]
 PARAM_SUFFIX = ".pnnx.param"
 

@@ -34,8 +34,9 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   takes it on GPUs for products of at most GEMV_MAX_ROWS rows (kuiper/opencl/gemv.py launches it).
 
 * "mma TMxTN" runs `gemm_mma` (cl/gemm_mma.cl) on NVIDIA tensor cores, through inline PTX (mma.sync on half
-  inputs, float sums), with gemm_gpu's arguments and implicit im2col. Only with half storage (precision="fp16")
-  on a GPU that has them (devices.tensor_cores), where the product has a tile for every compute unit.
+  or TF32 inputs, float sums), with gemm_gpu's arguments and implicit im2col. Only with half storage
+  (precision="fp16") or at precision="tf32" on a GPU that has them (devices.tensor_cores), where the product
+  has a tile for every compute unit.
 
 A fused operator's epilogue (kuiper/layers/fused.py) runs in the kernel that stores C when it has the shape
 a `KernelEpilogue` takes: at most one residual sum, then at most one activation. Each value then gets the
@@ -100,11 +101,13 @@ COLUMN_BYTES = 64 << 20
 GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 
 #: gemm_mma's tiles (cl/gemm_mma.cl), largest first: (warps along M, warps along N, products of 16 rows and of 8
-#: columns per warp), so TM x TN = 16 * WARPS_M * MI x 8 * WARPS_N * NI. Taken for half storage on a device that
+#: columns per warp), so TM x TN = 16 * WARPS_M * MI x 8 * WARPS_N * NI. Taken at MMA_PRECISIONS on a device that
 #: has tensor cores (devices.tensor_cores), the largest whose rows the product fills, more than half its columns,
 #: with a tile for every other compute unit at least; a product with fewer keeps gemm_gpu, whose split-K fills the
-#: device. Where Winograd's rule takes a 3x3 convolution it stays there: on an H200 it beats these tiles.
+#: device. Where Winograd's rule takes a 3x3 convolution it runs F(2x2) with these tiles (kuiper/opencl/winograd.py).
 MMA_TILES = ((2, 4, 4, 4), (2, 2, 2, 4))
+#: the precisions gemm_mma multiplies at: half storage, and float storage rounded to TF32 (cl/gemm_mma.cl)
+MMA_PRECISIONS = ("fp16", "tf32")
 
 #: split-K: enough work-groups for this many per compute unit, each slice summing at least SPLIT_SPAN of K
 #: (a thinner slice would move more partial sums than it computes)
@@ -236,8 +239,9 @@ class Gemm:
                for taps in ((False, True) if kernel_size is not None else (False,)) for block in CPU_BLOCKS]
         gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
                for tile in GPU_TILES]
-        mma = [Variant(mma_name(tile), partial(self._mma_kernel, tile), partial(self._mma_launch, tile))
-               for tile in MMA_TILES] if self._has_mma() else []
+        # a variant's kernels by the copies the operands allow (_mma_launch), built on first need
+        mma = [Variant(mma_name(tile), dict, partial(self._mma_launch, tile)) for tile in MMA_TILES] \
+            if self._has_mma() else []
         self.gemv = Gemv(rt, epilogue, self._fits) if kernel_size is None else None
         gemv = [Variant(GEMV, None, self._gemv_launch)] if self.gemv else []
         self.variants = {v.name: v for v in cpu + gpu + mma + gemv}
@@ -259,7 +263,7 @@ class Gemm:
         return self._tiles
 
     def _has_mma(self) -> bool:
-        return self.rt.precision == "fp16" and not self.rt.is_cpu and tensor_cores(self.rt.device)
+        return self.rt.precision in MMA_PRECISIONS and not self.rt.is_cpu and tensor_cores(self.rt.device)
 
     def _runs(self, tile) -> bool:
         tm, tn, _, rm, rn = tile
@@ -354,11 +358,12 @@ class Gemm:
         options += ["-DSPLIT"] if split else self.epilogue.options
         return self.rt.kernel("gemm.cl", "gemm_gpu", options)
 
-    def _mma_kernel(self, tile):
+    def _mma_kernel(self, tile, copies: tuple = ()):
+        """gemm_mma in `tile`, with the 16-byte copies named in `copies` ("VEC_A", "VEC_B")."""
         warps_m, warps_n, mi, ni = tile
         return self.rt.kernel("gemm_mma.cl", "gemm_mma", [f"-DWARPS_M={warps_m}", f"-DWARPS_N={warps_n}",
                                                           f"-DMI={mi}", f"-DNI={ni}", *self._image_options,
-                                                          *self.epilogue.options])
+                                                          *(f"-D{c}" for c in copies), *self.epilogue.options])
 
     @property
     def _image_options(self) -> list:
@@ -419,8 +424,16 @@ class Gemm:
         return q.run(self._sum_kernel, (round_up(n, 32), round_up(m, 4), stack), None, c, partial, bias, bias_mode,
                      residual, act_a, act_b, m, n, args[13], slices, *args[14:])
 
-    def _mma_launch(self, tile, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
+    def _mma_launch(self, tile, q, kernels: dict, m: int, n: int, stack: int, args: tuple, image: tuple):
         (tm, tn), threads = mma_dims(tile), 32 * tile[0] * tile[1]
+        # an operand is copied 16 bytes at a time where its rows, K or N and every matrix's offset are multiples
+        # of 16 bytes (implicit im2col's B never)
+        vec = 16 // self.rt.storage.itemsize
+        a = args[10], args[11], args[15], args[18], args[21]  # K, lda, the offset, the group and item strides
+        b = n, args[12], args[16], args[19], args[22]
+        copies = tuple(name for name, sizes in (("VEC_A", a), ("VEC_B", () if image else b))
+                       if sizes and all(v % vec == 0 for v in sizes))
+        kernel = kernels.get(copies) or kernels.setdefault(copies, self._mma_kernel(tile, copies))
         return q.run(kernel, (-(-n // tn) * threads, -(-m // tm), stack), (threads, 1, 1), *args, *image)
 
     def _slices(self, groups: int, k: int, span: int) -> int:

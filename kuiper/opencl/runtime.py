@@ -29,8 +29,11 @@ from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_devi
 from kuiper.core.tensor import Tensor, normalize_shape
 
 CL_DIR = shipped("cl")
-# how float32 tensors and weights are stored on the device; kernels compute in float either way (cl/store.h)
-PRECISIONS = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+# how float32 tensors and weights are stored on the device; kernels compute in float either way (cl/store.h).
+# "tf32" stores float, and its products on tensor cores take TF32 inputs (cl/gemm_mma.cl): fp32 elsewhere.
+PRECISIONS = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "tf32": np.dtype(np.float32)}
+# the compiler options that say so to every program
+DEFINES = {"fp32": (), "fp16": ("-DKUIPER_HALF",), "tf32": ("-DKUIPER_TF32",)}
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -56,7 +59,8 @@ class OpenCLRuntime:
     """A context and queues on one device, with the program/kernel cache and the buffer pool.
 
     `precision` says how float32 tensors and weights are stored on the device: "fp32", or "fp16" (half the
-    bytes; kernels still compute in float). A runtime is fp32; `at_precision` gives a view of it that stores
+    bytes; kernels still compute in float), or "tf32" (float, multiplied on tensor cores as TF32 where the
+    device has them: see PRECISIONS). A runtime is fp32; `at_precision` gives a view of it that stores
     at another precision and shares everything else."""
 
     precision = "fp32"
@@ -102,7 +106,7 @@ class OpenCLRuntime:
         return len(self._programs)
 
     def at_precision(self, precision: str) -> "OpenCLRuntime":
-        """This runtime storing floats at `precision` ("fp32" or "fp16"): one view per precision, sharing the
+        """This runtime storing floats at `precision` (one of PRECISIONS): one view per precision, sharing the
         context, queues, program cache and buffer pool. Half storage goes through vload_half/vstore_half, core
         OpenCL that needs no cl_khr_fp16; a device whose driver gets them wrong is refused here."""
         view = self._views.get(precision)
@@ -111,8 +115,8 @@ class OpenCLRuntime:
                 raise BackendError(f"unknown precision {precision!r} (available: {', '.join(PRECISIONS)})")
             self.ooo_queue  # made now, so that the views share it
             view = copy.copy(self)
-            view.precision, view.storage, view.defines = precision, PRECISIONS[precision], ("-DKUIPER_HALF",)
-            failure = half_probe(self.context, self.queue)
+            view.precision, view.storage, view.defines = precision, PRECISIONS[precision], DEFINES[precision]
+            failure = half_probe(self.context, self.queue) if view.storage == np.float16 else None
             if failure:
                 raise BackendError(f"{self.device.name.strip()}: cannot store tensors as fp16 ({failure}); "
                                    f"use precision fp32")

@@ -1,4 +1,5 @@
-"""Winograd's F(4x4, 3x3) on OpenCL (cl/winograd.cl): a 3x3 stride-1 convolution in a quarter of the multiply-adds.
+"""Winograd's F(4x4, 3x3) on OpenCL (cl/winograd.cl): a 3x3 stride-1 convolution in a quarter of the multiply-adds;
+and F(2x2, 3x3) for tensor cores.
 
 The method and its matrices are kuiper/core/winograd.py's. On OpenCL it runs in three launches: the input
 transform writes every tile's B^T d B, one stacked GEMM (kuiper/opencl/gemm.py) multiplies the transformed
@@ -7,8 +8,13 @@ sums into its 4x4 outputs, adding the bias and applying the layer's fused epilog
 a large layer goes through them a chunk of tile rows at a time (CHUNK_BYTES).
 
 The GEMM's operands are float at any storage precision (see cl/winograd.cl), so it runs on the runtime's fp32
-view. Where a direct convolution's GEMM has few columns (a 7x7 image: 49 per item), this one has one per tile
-of the whole batch, and K = Cin rather than 9 Cin: at batch 32, ResNet-18's 3x3 layers become GEMMs of
+view. F(2x2, 3x3) is a variant too ("winograd F2"): its transforms only add and subtract, so its transformed
+tiles may be stored at the runtime's precision, and its GEMM then runs at that precision: on tensor cores
+(gemm_mma) at fp16 and tf32, where the rule takes it for large layers. It does 4/9 of im2col's multiplies to
+F(4x4)'s 1/4, but tensor cores multiply many times faster than the CUDA cores F(4x4)'s float GEMM runs on.
+
+Where a direct convolution's GEMM has few columns (a 7x7 image: 49 per item), this one has one per tile of the
+whole batch, and K = Cin rather than 9 Cin: at batch 32, ResNet-18's 3x3 layers become GEMMs of
 (Cout, Cin) @ (Cin, 128 to 6272 tiles), 36 of them in one launch.
 
 docs/tuning.md keeps the measurements behind the thresholds below.
@@ -18,7 +24,9 @@ from __future__ import annotations
 
 import math
 
-from kuiper.core.winograd import F4
+from typing import NamedTuple
+
+from kuiper.core.winograd import F2, F4, Winograd
 from kuiper.opencl.gemm import Gemm, Matrix
 from kuiper.opencl.runtime import round_up
 from kuiper.core.variants import Variant
@@ -46,6 +54,11 @@ CHUNK_BYTES = 4 << 20
 MIN_CHUNK_TILES = 128
 
 
+#: the variants' names: F(4x4) a work-item per tile and channel, the same a run of RUN tiles (CPUs), and F(2x2)
+#: with its tiles and GEMM at the runtime's precision
+FLAT, ROWS, STORED = "winograd F4", "winograd F4 rows", "winograd F2"
+
+
 def applies(layer) -> bool:
     """Whether a Conv2d layer is a convolution Winograd's F(m x m, 3x3) computes: 3x3, stride 1, undilated,
     ungrouped."""
@@ -58,64 +71,78 @@ def entries(matrix) -> str:
     return ",".join(f"{float(v)!r}f" for v in matrix.ravel())
 
 
+class Built(NamedTuple):
+    """What one variant runs: its method, its input and output kernels, whether they are the _rows ones, its
+    GEMM and the transformed weights, and the bytes of one transformed tile's element (4, or 2 stored as half)."""
+
+    method: Winograd
+    input: object
+    output: object
+    rows: bool
+    gemm: Gemm
+    weight: object
+    element: int
+
+
 class WinogradConv:
     """One Conv2d layer's Winograd forward on one runtime: its transformed weights, its kernels (built with the
     layer's epilogue) and its GEMM; the transformed tiles go in the runtime's scratch (Enqueuer.scratch).
     `variants` are it as the layer's variants (kuiper/core/variants.py), built from `file`: "winograd F4", a
-    work-item per tile and channel, and on CPUs "winograd F4 rows", a work-item per run of RUN tiles of a tile
-    row and channel."""
+    work-item per tile and channel; on CPUs "winograd F4 rows", a work-item per run of RUN tiles of a tile
+    row and channel; and "winograd F2", a work-item per tile and channel, its tiles and GEMM at the runtime's
+    precision."""
 
-    method = F4
     file = "winograd.cl"
 
     def __init__(self, rt, layer):
         self.rt = rt
         self.layer = layer
         self.gemm = Gemm(rt.at_precision("fp32"))
-        self.weight = None
-        name = f"winograd F{self.method.m}"
-        self.variants = [Variant(name, lambda: self.build(""), self)]
-        if rt.is_cpu:
-            self.variants.append(Variant(f"{name} rows", lambda: self.build("_rows"), self))
+        self.stored_gemm = Gemm(rt)  # F(2x2)'s, at the runtime's precision
+        self.variants = [Variant(FLAT, lambda: self.build(F4, ""), self),
+                         *([Variant(ROWS, lambda: self.build(F4, "_rows"), self)] if rt.is_cpu else []),
+                         Variant(STORED, lambda: self.build(F2, "", stored=True), self)]
 
     def preferred(self, shapes) -> str | None:
         """The variant the rule picks for these input shapes, or None for none of Winograd's: on CPUs where the
         GEMM has MIN_CPU_TILES columns or more and the layer MIN_CPU_CHANNELS input channels, on GPUs for layers
-        of MIN_MACS or more. On CPUs the rows variant, unless the compiler says it targets AVX-512 (PoCL there
-        merges the tile kernels into 16-lane vectors that beat it; cl/winograd.cl)."""
+        of MIN_MACS or more: F(2x2) where its GEMM runs on tensor cores, else F(4x4). On CPUs the rows variant,
+        unless the compiler says it targets AVX-512 (PoCL there merges the tile kernels into 16-lane vectors
+        that beat it; cl/winograd.cl)."""
         out = self.layer.output_shapes(shapes)[0]
-        flat, *rows = self.variants
         if self.rt.is_cpu:
-            tiles = math.prod(out[:-3]) * math.prod(self.method.tiles(*out[-2:]))  # of every batch item
+            tiles = math.prod(out[:-3]) * math.prod(F4.tiles(*out[-2:]))  # of every batch item
             if tiles < MIN_CPU_TILES or self.layer.in_channels < MIN_CPU_CHANNELS:
                 return None
-            return flat.name if "avx512f" in self.rt.target_features else rows[0].name
-        return flat.name if math.prod(out) * self.layer.in_channels * 9 >= MIN_MACS else None
+            return FLAT if "avx512f" in self.rt.target_features else ROWS
+        if math.prod(out) * self.layer.in_channels * 9 < MIN_MACS:
+            return None
+        return STORED if self.stored_gemm.mma else FLAT
 
-    def build(self, kind: str) -> tuple:
-        """The input and output kernels of one variant (kind "" or "_rows", their names' ending) and the
-        transformed weights (G g G^T, shaped (36, Cout, Cin)), made once for both."""
-        method = self.method
+    def build(self, method: Winograd, kind: str, stored: bool = False) -> Built:
+        """One variant: the input and output kernels (kind "" or "_rows", their names' ending), their GEMM and
+        the transformed weights (G g G^T, shaped (a*a, Cout, Cin)); with `stored`, the transformed tiles at the
+        runtime's precision (-DSTORED_TILES) and the GEMM at it too."""
         options = [f"-DWM={method.m}", f"-DWINO_BT={entries(method.bt)}", f"-DWINO_AT={entries(method.at)}",
-                   *self.layer.cl_epilogue.options]
-        if self.weight is None:
-            self.weight = self.gemm.rt.upload(method.transform_kernel(self.layer.w_kernel))
-        return (self.rt.kernel(self.file, f"winograd_input{kind}", options),
-                self.rt.kernel(self.file, f"winograd_output{kind}", options), bool(kind))
+                   *(["-DSTORED_TILES"] if stored else []), *self.layer.cl_epilogue.options]
+        gemm = self.stored_gemm if stored else self.gemm
+        weight = gemm.rt.upload(method.transform_kernel(self.layer.w_kernel))
+        return Built(method, self.rt.kernel(self.file, f"winograd_input{kind}", options),
+                     self.rt.kernel(self.file, f"winograd_output{kind}", options), bool(kind), gemm, weight,
+                     gemm.rt.storage.itemsize if stored else 4)
 
-    def chunk(self, rows: int, row_tiles: int) -> int:
+    def chunk(self, rows: int, row_tiles: int, method: Winograd = F4) -> int:
         """Tile rows a chunk on CPUs, of `rows` of row_tiles tiles each (see CHUNK_BYTES), the chunks as even as
         they can be."""
-        layer, positions = self.layer, self.method.a * self.method.a
+        layer, positions = self.layer, method.a * method.a
         fit = CHUNK_BYTES // (4 * positions * (layer.in_channels + layer.out_channels) * row_tiles)
         fit = max(1, fit, -(-MIN_CHUNK_TILES // row_tiles))
         return -(-rows // -(-rows // fit))
 
-    def __call__(self, q, kernels: tuple, x, y, bias, epilogue: tuple) -> None:
+    def __call__(self, q, built: Built, x, y, bias, epilogue: tuple) -> None:
         """Enqueue y = the convolution of x: device tensors (N, Cin, H, W) and (N, Cout, Ho, Wo), with one
-        variant's kernels (build's)."""
-        method, layer = self.method, self.layer
-        input_kernel, output_kernel, rows = kernels
+        variant (build's)."""
+        layer, method, rows = self.layer, built.method, built.rows
         (h, w), (ho, wo) = x.shape[-2:], y.shape[-2:]
         cin, cout = layer.in_channels, layer.out_channels
         (top, _), (left, _) = layer.pads
@@ -123,9 +150,10 @@ class WinogradConv:
         items = x.size // (cin * h * w)
         positions = method.a * method.a
         tile_rows = items * tiles_h
-        count = self.chunk(tile_rows, tiles_w) if self.rt.is_cpu else tile_rows  # GPUs: every tile in one launch
-        v = q.scratch("winograd tiles", 4 * positions * cin * count * tiles_w)
-        m = q.scratch("winograd sums", 4 * positions * cout * count * tiles_w)
+        # GPUs: every tile in one launch
+        count = self.chunk(tile_rows, tiles_w, method) if self.rt.is_cpu else tile_rows
+        v = q.scratch("winograd tiles", built.element * positions * cin * count * tiles_w)
+        m = q.scratch("winograd sums", built.element * positions * cout * count * tiles_w)
         for first in range(0, tile_rows, count):
             chunk = min(count, tile_rows - first)
             tiles = chunk * tiles_w
@@ -134,11 +162,11 @@ class WinogradConv:
             else:
                 local = None if self.rt.is_cpu else GROUP_TILES
                 width = tiles if local is None else round_up(tiles, local)
-            q.run(input_kernel, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
+            q.run(built.input, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
                   tiles_w, tiles, first)
-            self.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
-                      a=Matrix(self.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles),
-                      groups=positions)
-            q.run(output_kernel, (width, cout), local and (local, 1), y.buffer, m,
+            built.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
+                       a=Matrix(built.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles),
+                       groups=positions)
+            q.run(built.output, (width, cout), local and (local, 1), y.buffer, m,
                   x.buffer if bias is None else bias, int(bias is not None), *epilogue, cout, ho, wo, tiles_h,
                   tiles_w, tiles, first)

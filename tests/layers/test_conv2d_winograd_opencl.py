@@ -1,5 +1,6 @@
-"""Winograd's F(4x4, 3x3) on OpenCL (kuiper/opencl/winograd.py, cl/winograd.cl) against the numpy forward, both
-ways (a work-item per tile, and on CPUs per run of tiles): odd sizes whose last tiles hang over the output's
+"""Winograd's F(4x4, 3x3) and F(2x2, 3x3) on OpenCL (kuiper/opencl/winograd.py, cl/winograd.cl) against the numpy
+forward, every way (a work-item per tile, on CPUs per run of tiles, and F(2x2) with its tiles at the runtime's
+precision): odd sizes whose last tiles hang over the output's
 edge, runs cut short by a row's end, padding 0 to 2, batches, no bias; the rule; and a fused residual sum and
 activation stored by the output transform."""
 
@@ -14,12 +15,11 @@ from test_conv2d import make_conv
 from test_conv2d_opencl import ACTIVATIONS, residual_graph
 
 RNG = np.random.default_rng(23)
-WINOGRAD = "winograd F4"
-ROWS = "winograd F4 rows"
+WINOGRAD, ROWS, F2 = winograd.FLAT, winograd.ROWS, winograd.STORED
 
 
 def winograd_variants(rt) -> list:
-    return [WINOGRAD, ROWS] if rt.is_cpu else [WINOGRAD]
+    return [WINOGRAD, ROWS, F2] if rt.is_cpu else [WINOGRAD, F2]
 
 
 @pytest.mark.parametrize("cin, cout, padding, shape", [
@@ -69,19 +69,19 @@ def test_winograd_is_offered_only_for_3x3_stride1_convolutions(cl_runtime, other
         assert all((name in candidates) == offered for name in winograd_variants(cl_runtime))
 
 
-@pytest.mark.parametrize("cpu, features, winograd_variant", [
-    (True, frozenset({"avx2", "avx512f"}), WINOGRAD),  # PoCL compiling for AVX-512
-    (True, frozenset({"avx2"}), ROWS),
-    (True, frozenset(), ROWS),                          # a compiler that does not say (Intel's runtime)
-    (False, frozenset(), WINOGRAD),
+@pytest.mark.parametrize("cpu, features, mma, winograd_variant", [
+    (True, frozenset({"avx2", "avx512f"}), False, WINOGRAD),  # PoCL compiling for AVX-512
+    (True, frozenset({"avx2"}), False, ROWS),
+    (True, frozenset(), False, ROWS),                          # a compiler that does not say (Intel's runtime)
+    (False, frozenset(), False, WINOGRAD),
+    (False, frozenset(), True, F2),                            # its GEMM on tensor cores
 ])
 def test_the_rule_takes_winograd_for_enough_tiles_and_channels_on_cpus_and_large_layers_on_gpus(
-        cpu, features, winograd_variant, monkeypatch):
+        cpu, features, mma, winograd_variant, monkeypatch):
     rt = SimpleNamespace(is_cpu=cpu, target_features=features)
     layer, _, _ = make_conv(RNG, in_channels=64, out_channels=64, kernel_size=3, padding=1)
     conv = winograd.WinogradConv.__new__(winograd.WinogradConv)
-    conv.rt, conv.layer = rt, layer
-    conv.variants = [SimpleNamespace(name=name) for name in ([WINOGRAD, ROWS] if cpu else [WINOGRAD])]
+    conv.rt, conv.layer, conv.stored_gemm = rt, layer, SimpleNamespace(mma=["mma 64x64"] if mma else [])
     small, large = ((1, 64, 56, 56),), ((4, 64, 56, 56),)  # 116 M and 462 M multiply-adds
     if cpu:
         assert conv.preferred(small) == conv.preferred(large) == winograd_variant
@@ -90,7 +90,7 @@ def test_the_rule_takes_winograd_for_enough_tiles_and_channels_on_cpus_and_large
         conv.layer, _, _ = make_conv(RNG, in_channels=winograd.MIN_CPU_CHANNELS - 1, out_channels=64, kernel_size=3)
         assert conv.preferred(((1, winograd.MIN_CPU_CHANNELS - 1, 56, 56),)) is None  # too few input channels
     else:
-        assert conv.preferred(small) is None and conv.preferred(large) == WINOGRAD
+        assert conv.preferred(small) is None and conv.preferred(large) == winograd_variant
         monkeypatch.setattr(winograd, "MIN_MACS", 1 << 40)
         assert conv.preferred(large) is None
 

@@ -1,7 +1,8 @@
-"""gemm_mma (cl/gemm_mma.cl): half-storage GEMMs on NVIDIA tensor cores through inline PTX, on a device that has
-them (kuiper.opencl.devices.tensor_cores); skipped on every other. Convolutions (implicit im2col, groups,
-strides, dilation, a fused epilogue) and linear layers, with sizes off the 64 x 64 tile and K off its step of
-32, against the numpy forward at half's tolerance; and the rule's choice of it."""
+"""gemm_mma (cl/gemm_mma.cl): GEMMs on NVIDIA tensor cores through inline PTX, with half storage and at TF32, on a
+device that has them (kuiper.opencl.devices.tensor_cores); skipped on every other. Convolutions (implicit im2col,
+groups, strides, dilation, a fused epilogue), Winograd's F(2x2) and linear layers, with sizes off the 64 x 64
+tile and K off its step of 32, against the numpy forward at half's tolerance (TF32 keeps half's 10 bits of
+mantissa); and the rule's choice of it."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,8 @@ from conftest import FP16_RTOL, assert_opencl_matches_numpy, on_opencl
 from test_conv2d import CASES, make_conv
 from test_linear import make_linear
 
-from kuiper.opencl.gemm import MMA_TILES, mma_name
+from kuiper.opencl.gemm import MMA_PRECISIONS, MMA_TILES, mma_name
+from kuiper.opencl.winograd import STORED
 
 RNG = np.random.default_rng(23)
 
@@ -23,9 +25,9 @@ CONVS = {**CASES,
          "1x1 wide": dict(in_channels=96, out_channels=130, kernel_size=1, input_shape=(2, 96, 9, 9))}
 
 
-@pytest.fixture
-def half(cl_runtime):
-    rt = cl_runtime.at_precision("fp16")
+@pytest.fixture(params=MMA_PRECISIONS)
+def half(cl_runtime, request):
+    rt = cl_runtime.at_precision(request.param)
     layer, _, _ = make_linear(RNG, 8, 8, True, input_shape=(2, 8), backend="opencl")
     layer.build_opencl(rt)
     if not layer.gemm.mma:
@@ -42,6 +44,16 @@ def test_convolutions_on_tensor_cores(half, name, tile):
     if layer.variants is None or mma_name(tile) not in layer.variants.candidates((x.shape,)):
         pytest.skip("this convolution runs a kernel of its own (depthwise), not a GEMM")
     assert_opencl_matches_numpy(layer, half, x, rtol=FP16_RTOL, variant=mma_name(tile))
+
+
+@pytest.mark.parametrize("shape", [(2, 64, 14, 14), (3, 19, 17, 15), (1, 256, 7, 7)])
+def test_winograd_f2_on_tensor_cores(half, shape):
+    layer = on_opencl(make_conv(RNG, in_channels=shape[1], out_channels=70, kernel_size=3, padding=1,
+                                input_shape=shape)[0])
+    layer.build_opencl(half)
+    assert layer.winograd.stored_gemm.rule(70, 64 * half.device.max_compute_units, 16).startswith("mma")
+    assert_opencl_matches_numpy(layer, half, RNG.standard_normal(shape).astype(np.float32), rtol=FP16_RTOL,
+                                variant=STORED)
 
 
 @pytest.mark.parametrize("tile", MMA_TILES, ids=mma_name)

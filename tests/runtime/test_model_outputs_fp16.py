@@ -52,6 +52,17 @@ def test_fp16_stores_integer_inputs_as_they_are():
     assert {t.dtype for t in plan.tensors.values()} == {np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.float16)}
 
 
+def test_tf32_stores_float32_and_matches_pytorch_within_its_tolerance():
+    # float storage; products on tensor cores round their operands to TF32 where the device has them (else fp32)
+    graph = kuiper.load(*model_paths("conv_zoo"), backend="opencl", device=OPENCL_DEVICES[0], precision="tf32")
+    (_, inputs, references), *_ = model_cases("conv_zoo")
+    out, ref = graph.forward(*inputs)[0], references[0]
+    stored = {t.dtype for t in graph.plan_for(*(x.shape for x in inputs)).tensors.values()}
+    assert stored == {np.dtype(np.float32)}
+    rtol = TOLERANCES["tf32"]
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol * max(1.0, float(np.abs(ref).max())))
+
+
 @pytest.mark.parametrize("backend", ["numpy", "reference"])
 def test_fp16_needs_the_opencl_backend(backend):
     with pytest.raises(kuiper.ConfigError, match="precision fp16 needs the opencl backend"):

@@ -35,8 +35,9 @@ def add_parser(sub, common, custom) -> None:
     run.add_argument("--backend", default=AUTO, choices=CHOICES, help=BACKEND_HELP)
     run.add_argument("--device", help="OpenCL device: P:D or a name substring (default: KUIPER_CL_DEVICE, first GPU, first CPU)")
     run.add_argument("--schedule", default="inorder", choices=("inorder", "levels"), help="OpenCL scheduling")
-    run.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
-                     help="opencl: store tensors and weights as fp32 (default) or fp16 (kernels compute in float)")
+    run.add_argument("--precision", default="fp32", choices=tuple(references.TOLERANCES),
+                     help="opencl: store tensors and weights as fp32 (default) or fp16 (kernels compute in float); "
+                          "tf32: fp32, with products on NVIDIA tensor cores at TF32")
     run.add_argument("--batch", type=positive,
                      help="run at this batch size (the input is repeated or drawn); with a folder, images per "
                           f"forward (default {FOLDER_BATCH})")
