@@ -35,7 +35,7 @@ from kuiper.core.errors import CheckpointError, ConfigError, InputError, MemoryL
 from kuiper.layers.cached_attention import CachedAttention
 from kuiper.llm.config import generation_eos, read_config
 from kuiper.llm.decoder import decoder_param
-from kuiper.llm.paged import BLOCK_SIZE, BlockPool, Sequence, blocks_for, bucket, pack
+from kuiper.llm.paged import BLOCK_SIZE, BUCKETS, BlockPool, Sequence, blocks_for, bucket, pack
 from kuiper.llm.quantize import QuantizedWeights, check_scheme
 from kuiper.llm.sampling import SamplingOptions, next_token
 from kuiper.llm.streaming import TextStream
@@ -112,6 +112,8 @@ class LanguageModel:
         #: the block the padding rows of a packed step use, past the allocator's: only where forwards replay, and
         #: the context holds a block (the padding sits at its positions)
         self.scratch = self.cache_blocks if self.graph.executor.replays and self.context >= BLOCK_SIZE else None
+        if self.scratch is not None:  # a plan kept for every bucket, besides those the graph keeps anyway: a plan
+            self.graph.max_plans += len(BUCKETS)  # dropped and met again walks, then records, 4 to 10 walks' time
         self._check_memory()
         self.graph.build()
         self.attention = [op.layer for op in self.graph.order if isinstance(op.layer, CachedAttention)]

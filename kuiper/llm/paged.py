@@ -87,6 +87,10 @@ def bucket(tokens: int) -> int:
     return 3 * power // 4 if tokens <= 3 * power // 4 else power
 
 
+#: every length bucket() pads to
+BUCKETS = tuple(sorted({bucket(tokens) for tokens in range(1, LARGEST_BUCKET + 1)}))
+
+
 def pack(entries, padded: int = 0, scratch: int | None = None) -> tuple:
     """(ids (1, T) int64, positions (T,) int64, PageLayout) for [(sequence, new token ids), ...]: each sequence's
     ids continue it at its length, in the order given, its blocks reserved. The lengths stay as they are: the
