@@ -91,9 +91,10 @@ class PageLayout:
         outside = ~((0 <= row) & (row < self.rows) & (first >= 0) & (count >= 1) & (first + count <= self.tokens)
                     & (start >= 0))
         short = blocks * BLOCK_SIZE < start + count
-        for i in np.flatnonzero(outside | short)[:1]:
-            span = self.spans[i]
-            if outside[i]:
+        wrong = np.flatnonzero(outside | short)
+        if wrong.size:
+            span = self.spans[wrong[0]]
+            if outside[wrong[0]]:
                 raise InputError(f"span {span.row, span.first, span.count} is outside the forward's {self.rows} x "
                                  f"{self.tokens} tokens")
             raise InputError(f"a block table of {len(span.table)} blocks holds {len(span.table) * BLOCK_SIZE} "

@@ -112,8 +112,8 @@ class LanguageModel:
         #: the block the padding rows of a packed step use, past the allocator's: only where forwards replay, and
         #: the context holds a block (the padding sits at its positions)
         self.scratch = self.cache_blocks if self.graph.executor.replays and self.context >= BLOCK_SIZE else None
-        if self.scratch is not None:  # a plan kept for every bucket, besides those the graph keeps anyway: a plan
-            self.graph.max_plans += len(BUCKETS)  # dropped and met again walks, then records, 4 to 10 walks' time
+        if self.scratch is not None:  # a plan for every bucket besides those the graph keeps anyway: a plan dropped
+            self.graph.max_plans += len(BUCKETS)  # and met again walks, then is recorded anew, several walks' time
         self._check_memory()
         self.graph.build()
         self.attention = [op.layer for op in self.graph.order if isinstance(op.layer, CachedAttention)]
@@ -175,6 +175,8 @@ class LanguageModel:
                              f"{self.sequence.length} (the positions the cache holds) and ends within the "
                              f"{self.context} positions of the context")
         self.sequence.length = start
+        # not padded: one sequence's decode steps are one plan already, and a prefill that generates computes
+        # the last row alone (last_row_only), which padding rows would follow
         return self._packed([(self.sequence, ids)], False, 0)[0]
 
     def forward_packed(self, entries, last_rows: bool = False) -> list:
