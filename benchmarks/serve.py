@@ -1,7 +1,7 @@
 """`kuiper serve` under load: N concurrent clients on loopback, each sending requests back to back for a fixed
 time, prompts and output lengths mixed.
 
-    python benchmarks/serve.py [--model DIR] [--clients 1,4,16,64] [--seconds 20] [--backend numpy]
+    python benchmarks/serve.py [--model DIR] [--clients 1,4,16,64] [--seconds 20] [--backend auto]
                                [--max-batch 16] [--max-tokens-in-flight 4096] [--max-queue 64] [--json FILE]
 
 The server runs as `kuiper serve` in a process of its own, so that its resident memory (VmRSS, read from /proc
@@ -10,7 +10,9 @@ that the time to the first token is seen; the output tokens are those the server
 include_usage). Requests are greedy, their prompts cut from a fixed text at 4 to 100 words, max_tokens drawn
 from 8 to 96, from one seeded generator per client: every run asks the same. Reported per client count:
 requests/s, output tokens/s, time to first token and latency (p50, p99), errors (a status other than 200, or a
-broken stream), and the server's RSS at the start and end of the run and at its largest.
+broken stream), and the server's RSS at the start and end of the run and at its largest. The backend is
+`kuiper serve`'s default unless --backend says otherwise, and the output names what the server ran on (its
+`backend:` line for the default).
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "shakespeare")
     parser.add_argument("--clients", default="1,4,16,64")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--backend", default="numpy")
+    parser.add_argument("--backend", default="auto", help="as kuiper serve's (default: auto, as it)")
     parser.add_argument("--device")
     parser.add_argument("--max-batch", type=int, default=16)
     parser.add_argument("--max-tokens-in-flight", type=int, default=4096)
@@ -149,6 +151,9 @@ def main() -> None:
         command += ["--device", args.device]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    said = []  # the server's stderr, read as it comes so that a full pipe never blocks it
+    reader = threading.Thread(target=lambda: said.extend(line for line in server.stderr), daemon=True)
+    reader.start()
     try:
         waited = time.monotonic() + 120
         while True:
@@ -157,7 +162,8 @@ def main() -> None:
                 break
             except (OSError, RuntimeError):
                 if server.poll() is not None or time.monotonic() > waited:
-                    raise SystemExit(f"the server did not start: {server.stderr.read()}")
+                    reader.join(5)
+                    raise SystemExit(f"the server did not start: {''.join(said)}")
                 time.sleep(0.2)
         rows = []
         for clients in (int(c) for c in args.clients.split(",")):
@@ -168,7 +174,8 @@ def main() -> None:
         server.wait(timeout=30)
 
     mib = 1 << 20
-    print(f"{args.model.name} on {args.backend}, max batch {args.max_batch}, {args.seconds:.0f} s per row; {machine()}")
+    backend = next((line[len("backend: "):].strip() for line in said if line.startswith("backend: ")), args.backend)
+    print(f"{args.model.name} on {backend}, max batch {args.max_batch}, {args.seconds:.0f} s per row; {machine()}")
     print("| clients | requests/s | output tokens/s | TTFT p50 / p99 (s) | latency p50 / p99 (s) | errors | "
           "server RSS start / end / max (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -183,7 +190,7 @@ def main() -> None:
         for example in r["error_examples"]:
             print(f"{r['clients']} clients, error: {example}")
     if args.json:
-        args.json.write_text(json.dumps({"model": str(args.model), "backend": args.backend, "machine": machine(),
+        args.json.write_text(json.dumps({"model": str(args.model), "backend": backend, "machine": machine(),
                                          "max_batch": args.max_batch, "rows": rows}, indent=1))
 
 

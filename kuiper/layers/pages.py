@@ -61,34 +61,66 @@ class PageLayout:
 
     def __init__(self, spans, rows: int, tokens: int):
         self.spans, self.rows, self.tokens = tuple(spans), rows, tokens
-        self.positions = np.full((rows, tokens), -1, np.int64)
-        self.slots = np.empty(rows * tokens, np.int64)      # token (row-major) -> its slot
-        self.table_at = np.empty(rows * tokens, np.int32)   # token -> where its table starts in `tables`
-        tables, self.reads = [], []
-        for span in self.spans:
-            if not (0 <= span.row < rows and 0 <= span.first and span.count >= 1 and span.first + span.count <= tokens
-                    and span.start >= 0):
-                raise InputError(f"span {span.row, span.first, span.count} is outside the forward's {rows} x {tokens} "
-                                 f"tokens")
-            if len(span.table) * BLOCK_SIZE < span.end:
-                raise InputError(f"a block table of {len(span.table)} blocks holds {len(span.table) * BLOCK_SIZE} "
-                                 f"positions, not {span.end}")
-            taken = self.positions[span.row, span.first:span.first + span.count]
-            if np.any(taken >= 0):
-                raise InputError(f"two spans claim token {span.first} of row {span.row}")
-            taken[:] = np.arange(span.start, span.end)
-            table = np.asarray(span.table, np.int64)
-            slots = (table[:, None] * BLOCK_SIZE + np.arange(BLOCK_SIZE)).ravel()[:span.end]
-            at = span.row * tokens + span.first
-            self.slots[at:at + span.count] = slots[span.start:]
-            self.table_at[at:at + span.count] = sum(len(t) for t in tables)
-            tables.append(table)
-            consecutive = bool(np.all(np.diff(table[:blocks_for(span.end)]) == 1))
-            self.reads.append(slice(slots[0], slots[0] + span.end) if consecutive else slots)
-        if np.any(self.positions < 0):
+        row, first, count, start, blocks = np.array([(s.row, s.first, s.count, s.start, len(s.table))
+                                                     for s in self.spans], np.int64).reshape(-1, 5).T
+        self._check_spans(row, first, count, start, blocks)
+        # every span's tokens at once (a server packs dozens of spans a step): each token's span, its place in
+        # the forward (row-major) and its position; then its slot through its span's table
+        span_of = np.repeat(np.arange(len(self.spans)), count)
+        within = np.arange(span_of.size) - np.repeat(np.cumsum(count) - count, count)
+        index = (row * tokens + first)[span_of] + within
+        claims = np.bincount(index, minlength=rows * tokens)
+        if np.any(claims > 1):
+            self._raise_overlap(rows, tokens)
+        if np.any(claims == 0):
             raise InputError(f"the spans leave tokens of the forward's {rows} x {tokens} without a sequence")
-        self.tables = np.concatenate(tables).astype(np.int32) if tables else np.zeros(1, np.int32)
+        self.positions = np.empty((rows, tokens), np.int64)
+        self.positions.ravel()[index] = position = start[span_of] + within
+        table_first = np.cumsum(blocks) - blocks  # where each span's table starts in `tables`
+        tables = np.concatenate([np.asarray(s.table, np.int64) for s in self.spans] or [np.zeros(0, np.int64)])
+        self.slots = np.empty(rows * tokens, np.int64)      # token (row-major) -> its slot
+        self.slots[index] = tables[table_first[span_of] + position // BLOCK_SIZE] * BLOCK_SIZE + position % BLOCK_SIZE
+        self.table_at = np.empty(rows * tokens, np.int32)   # token -> where its table starts in `tables`
+        self.table_at[index] = table_first[span_of]
+        self.tables = tables.astype(np.int32) if tables.size else np.zeros(1, np.int32)
+        self._reads = None
         self.device = {}
+
+    def _check_spans(self, row, first, count, start, blocks) -> None:
+        """Each span within the forward's rows x tokens, and its positions within its table."""
+        outside = ~((0 <= row) & (row < self.rows) & (first >= 0) & (count >= 1) & (first + count <= self.tokens)
+                    & (start >= 0))
+        short = blocks * BLOCK_SIZE < start + count
+        wrong = np.flatnonzero(outside | short)
+        if wrong.size:
+            span = self.spans[wrong[0]]
+            if outside[wrong[0]]:
+                raise InputError(f"span {span.row, span.first, span.count} is outside the forward's {self.rows} x "
+                                 f"{self.tokens} tokens")
+            raise InputError(f"a block table of {len(span.table)} blocks holds {len(span.table) * BLOCK_SIZE} "
+                             f"positions, not {span.end}")
+
+    def _raise_overlap(self, rows: int, tokens: int) -> None:
+        """The first span claiming a token an earlier one claimed."""
+        taken = np.zeros((rows, tokens), bool)
+        for span in self.spans:
+            claimed = taken[span.row, span.first:span.first + span.count]
+            if claimed.any():
+                raise InputError(f"two spans claim token {span.first} of row {span.row}")
+            claimed[:] = True
+
+    @property
+    def reads(self) -> list:
+        """For each span, the slots of its positions 0 .. end - 1, where its queries read: a slice when the
+        table's blocks are consecutive, else the slots themselves (worked out at the first call)."""
+        if self._reads is None:
+            self._reads = []
+            for span in self.spans:
+                table = np.asarray(span.table, np.int64)
+                slots = (table[:, None] * BLOCK_SIZE + np.arange(BLOCK_SIZE)).ravel()[:span.end]
+                consecutive = bool(np.all(np.diff(table[:blocks_for(span.end)]) == 1))
+                self._reads.append(slice(slots[0], slots[0] + span.end) if consecutive else slots)
+        return self._reads
 
     def check(self, op, rows: int, tokens: int, positions: np.ndarray) -> None:
         """The forward's shapes and positions are the ones this layout was made for (op names the layer)."""

@@ -18,7 +18,9 @@ attending to the cache. The graph keeps a plan per input shape, so decode steps 
 The KV cache is paged (paged.py): a pool of blocks in every attention layer, of `context` positions unless
 cache_tokens= asks for more, shared out by one allocator. generate(), logits() and stream() run one sequence,
 `sequence`; forward_packed() runs the new tokens of many sequences in one forward, as a server does
-(scheduler.py), each in the blocks of its own table.
+(scheduler.py), each in the blocks of its own table. Where the backend replays the forwards of a plan met before
+(`replays`: OpenCL), forward_packed pads the tokens up to a few lengths (paged.py: bucket), so that a server's
+steps meet few lengths, and the pool holds one block more, where the padding rows keep their keys.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from kuiper.core.errors import CheckpointError, ConfigError, InputError, MemoryL
 from kuiper.layers.cached_attention import CachedAttention
 from kuiper.llm.config import generation_eos, read_config
 from kuiper.llm.decoder import decoder_param
-from kuiper.llm.paged import BLOCK_SIZE, BlockPool, Sequence, blocks_for, pack
+from kuiper.llm.paged import BLOCK_SIZE, BUCKETS, BlockPool, Sequence, blocks_for, bucket, pack
 from kuiper.llm.quantize import QuantizedWeights, check_scheme
 from kuiper.llm.sampling import SamplingOptions, next_token
 from kuiper.llm.streaming import TextStream
@@ -107,11 +109,16 @@ class LanguageModel:
         self.graph = RuntimeGraph(self.directory / "decoder.pnnx.param", backend=backend, device=device,
                                   precision=precision, memory_limit=memory_limit, text=self.param_text,
                                   weights=QuantizedWeights(self.weights) if quantize else self.weights).init()
+        #: the block the padding rows of a packed step use, past the allocator's: only where forwards replay, and
+        #: the context holds a block (the padding sits at its positions)
+        self.scratch = self.cache_blocks if self.graph.executor.replays and self.context >= BLOCK_SIZE else None
+        if self.scratch is not None:  # a plan for every bucket besides those the graph keeps anyway: a plan dropped
+            self.graph.max_plans += len(BUCKETS)  # and met again walks, then is recorded anew, several walks' time
         self._check_memory()
         self.graph.build()
         self.attention = [op.layer for op in self.graph.order if isinstance(op.layer, CachedAttention)]
         for layer in self.attention:
-            layer.use_pool(self.cache_blocks)
+            layer.use_pool(self.pool_blocks)
         self.blocks = BlockPool(self.cache_blocks)
         self.sequence = Sequence(self.blocks)  # the one generate(), logits() and stream() run
         self._head = next(op.layer for op in self.graph.order if op.name == "lm_head")
@@ -129,6 +136,11 @@ class LanguageModel:
         return context
 
     @property
+    def pool_blocks(self) -> int:
+        """The blocks of every attention layer's pool: the allocator's, and the padding's (`scratch`)."""
+        return self.cache_blocks + (self.scratch is not None)
+
+    @property
     def parameters(self) -> int:
         """Weights in the checkpoint (a tied lm_head counted once)."""
         return sum(int(np.prod(self.weights.entry(name).shape)) for name in expected_tensors(self.config))
@@ -138,7 +150,7 @@ class LanguageModel:
         limit, before building the graph allocates either."""
         weights = sum(int(np.prod(a.shape)) * (1 if a.dtype == "i8" else 4)
                       for op in self.graph.operators for a in op.attrs.values())
-        positions = self.cache_blocks * BLOCK_SIZE
+        positions = self.pool_blocks * BLOCK_SIZE
         cache = self.config.kv_cache_bytes_per_token() * positions
         needed, limit = weights + cache, self.graph.memory_limit
         if needed > limit:
@@ -163,15 +175,22 @@ class LanguageModel:
                              f"{self.sequence.length} (the positions the cache holds) and ends within the "
                              f"{self.context} positions of the context")
         self.sequence.length = start
-        return self.forward_packed([(self.sequence, ids)])[0]
+        # not padded: one sequence's decode steps are one plan already, and a prefill that generates computes
+        # the last row alone (last_row_only), which padding rows would follow
+        return self._packed([(self.sequence, ids)], False, 0)[0]
 
     def forward_packed(self, entries, last_rows: bool = False) -> list:
         """One graph forward for the new tokens of several sequences, [(Sequence, ids), ...], each continuing
         its sequence (paged.py): their logits, a (len(ids), vocab) array each, the sequences advanced. Each
         sequence attends to its own positions only, so its logits are those of a forward of it alone.
         last_rows=True: each sequence's last row alone, (vocab,), all a step samples from; lm_head then computes
-        those rows alone (`gather_rows`)."""
-        tokens, positions, layout = pack(entries)
+        those rows alone (`gather_rows`). With a `scratch` block, the tokens are padded up to their bucket."""
+        count = sum(len(ids) for _, ids in entries)
+        padded = bucket(count) if self.scratch is not None else 0
+        return self._packed(entries, last_rows, padded if padded <= self.cache_blocks * BLOCK_SIZE else 0)
+
+    def _packed(self, entries, last_rows: bool, padded: int) -> list:
+        tokens, positions, layout = pack(entries, padded, self.scratch)
         for layer in self.attention:
             layer.use(layout)
         ends = np.cumsum([len(ids) for _, ids in entries])
@@ -184,7 +203,7 @@ class LanguageModel:
             sequence.length += len(ids)
         if last_rows:
             return list(logits[0, :len(entries)])
-        return np.split(logits[0], ends[:-1])
+        return np.split(logits[0, :ends[-1]], ends[:-1])
 
     def _prompt(self, ids) -> list:
         ids = [int(i) for i in ids]

@@ -88,7 +88,8 @@ class Generation:
 
 class Scheduler:
     """Runs generations on `lm` in a thread of its own: submit() queues one (at most `max_queue` waiting, else
-    QueueFull), cancel() ends one, close() stops the loop."""
+    QueueFull), cancel() ends one, close() stops the loop. The callables in `delivered` are called in its thread
+    after each turn of the loop (admission and a step) has delivered its pieces, and after the last."""
 
     def __init__(self, lm, max_batch: int = 16, max_queue: int = 64, step_tokens: int = 256):
         for name, value in (("max_batch", max_batch), ("max_queue", max_queue), ("step_tokens", step_tokens)):
@@ -99,6 +100,7 @@ class Scheduler:
         self.promised = 0  # blocks promised to the running generations
         self.steps = 0
         self.error = None  # the last failed step's error, for /health
+        self.delivered = []
         self.wake = threading.Condition()
         self.closing = False
         self.span = threads.active()
@@ -171,11 +173,17 @@ class Scheduler:
                     self.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                     for generation in list(self.running):
                         self._leave(generation, "error", flush=False)
+                self._tell()
         finally:
             with self.wake:
                 for generation in itertools.chain(self.running, self.waiting):
                     self._finish(generation, "cancelled")
                 self.running, self.waiting = [], deque()
+            self._tell()
+
+    def _tell(self) -> None:
+        for call in self.delivered:
+            call()
 
     def _admit(self) -> None:
         """Move waiting generations to running while there is room in the batch and the pool (under the lock)."""

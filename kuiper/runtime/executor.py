@@ -32,6 +32,7 @@ class NumpyExecutor:
     name = "numpy"
     device = False  # the graph's inputs and outputs are host arrays, not pooled buffers
     fuses = True    # the copies and fusion passes (runtime/copies.py, runtime/fusion.py) run
+    replays = False  # a plan's later forwards walk the graph as its first did (see `replay`)
     runtime = None       # no OpenCL runtime
     host_fallbacks = ()  # every layer runs here
     fused_class, chain_class = FusedLayer, CopyChain  # what the passes make

@@ -42,6 +42,11 @@ class OpenCLExecutor:
         self.enqueuer = None
         self.staging = {}  # graph input or output name -> its float32 buffer where it is stored otherwise
 
+    @property
+    def replays(self) -> bool:
+        """A plan's forwards from its third replay its second (`forward`), on an in-order queue."""
+        return self.schedule != "levels"
+
     def make_layer(self, op):
         return backend_class(op.type, self.name, op.name)(op)
 

@@ -1,7 +1,7 @@
 """The claims of lesson 27: a pack's ids, positions and spans; blocks taken as sequences grow, lowest first, given
 back when they end, a sequence alone reading one slice; the memory a paged cache holds against whole-context
-reservations; a sequence's tokens the same packed or alone; the scheduler's steps, promises and stop strings;
-the commands in the notes."""
+reservations; steps padded to a few lengths where forwards replay, not on numpy; a sequence's tokens the same
+packed or alone; the scheduler's steps, promises and stop strings; the commands in the notes."""
 
 import sys
 import time
@@ -11,7 +11,7 @@ import pytest
 
 import kuiper.llm
 from kuiper.layers.pages import BLOCK_SIZE, blocks_for
-from kuiper.llm.paged import BlockPool, Sequence, pack
+from kuiper.llm.paged import BUCKETS, BlockPool, Sequence, bucket, pack
 from kuiper.llm.scheduler import Generation, Scheduler
 from lesson_tools import ROOT, check_shell_commands
 
@@ -38,6 +38,13 @@ def test_a_pack_puts_each_sequence_at_its_own_positions():
     assert [(s.first, s.count, s.start, s.table) for s in layout.spans] == [(0, 1, 9, (0,)), (1, 3, 0, (1,))]
     assert layout.slots.tolist() == [9, 16, 17, 18]               # slot = table[p // 16] * 16 + p % 16
     assert old.length == 9                                         # the caller advances the lengths
+
+
+def test_steps_are_padded_to_two_lengths_an_octave_where_forwards_replay(lm):
+    assert lm.scratch is None and lm.pool_blocks == lm.cache_blocks  # numpy: no padding, no scratch block
+    octaves = [[b for b in BUCKETS if 2 ** k < b <= 2 ** (k + 1)] for k in range(2, 9)]
+    assert all(len(lengths) == 2 for lengths in octaves)
+    assert [bucket(n) for n in (5, 13, 53)] == [6, 16, 64]
 
 
 def test_memory_follows_the_tokens(lm):

@@ -10,8 +10,8 @@ the finish reason (and one with the usage, if stream_options.include_usage), the
 
 Handlers run on the event loop and never touch the model: they check the request, tokenize it and hand a
 Generation to the scheduler, whose thread delivers the text back through a Mailbox: a step delivers a piece to
-every running generation, and the loop is woken once for all of them, not once a piece. A stream sends what
-has arrived for it since its last write as one write, each piece still an event of its own. A client that
+every running generation, and the loop is woken once for all of them, at the step's end (Scheduler.delivered).
+A stream sends what has arrived for it since its last write as one write, each piece still an event of its own. A client that
 goes away, streaming or not, has its generation cancelled: the scheduler gives its blocks back before its next
 step. Every error is the API's error object: 400 for a bad request or one that can never fit, 401 without the
 API key, 404 for another model or path, 413 for a body over MAX_BODY, 429 with Retry-After when the queue is
@@ -36,22 +36,27 @@ RETRY_AFTER = 1
 
 
 class Mailbox:
-    """Pieces sent from the scheduler's thread to the queues of one event loop's handlers: the loop is woken for
-    the first piece since it last emptied the box, and moves all that arrived by then to their queues."""
+    """Pieces sent from the scheduler's thread to the queues of one event loop's handlers: a step sends its
+    pieces, then `flush` wakes the loop once, which moves all that arrived by then to their queues. Woken at
+    each piece, the loop would take the interpreter's lock from the scheduler's thread in the middle of a step."""
 
     def __init__(self, loop):
-        self.loop, self.pieces, self.lock = loop, [], threading.Lock()
+        self.loop, self.pieces, self.lock, self.woken = loop, [], threading.Lock(), False
 
     def send(self, queue: asyncio.Queue, item) -> None:
         with self.lock:
             self.pieces.append((queue, item))
-            if len(self.pieces) > 1:
-                return  # the loop is woken already
+
+    def flush(self) -> None:
+        with self.lock:
+            if not self.pieces or self.woken:
+                return  # nothing to move, or the loop is woken already
+            self.woken = True
         self.loop.call_soon_threadsafe(self.empty)
 
     def empty(self) -> None:
         with self.lock:
-            pieces, self.pieces = self.pieces, []
+            pieces, self.pieces, self.woken = self.pieces, [], False
         for queue, item in pieces:
             queue.put_nowait(item)
 
@@ -65,6 +70,7 @@ def make_app(lm, scheduler, api_key: str | None = None):
 
     name = lm.directory.name or str(lm.directory)
     mailboxes = {}  # event loop -> its Mailbox (one loop serves the app)
+    scheduler.delivered.append(lambda: [mailbox.flush() for mailbox in list(mailboxes.values())])
 
     def error(e: ApiError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
