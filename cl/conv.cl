@@ -198,8 +198,8 @@ __kernel OWN_LANES void depthwise_padded(__global store_t* restrict y, __global 
 // output pixels reads input column c + l * SW of a row for a tap whose first lane reads column c. Blocks whose
 // every tap lies inside the row load their lanes as vectors (row_lanes); they run from a row's first such
 // pixel on, the last one slid back to end where the last such block ends, and the few pixels left at either
-// end are computed one by one (edge_pixel). Kernel rows above or below the input read the nearest row of the
-// input and their sums are dropped. The host runs it where such blocks cover all but a few pixels of a row
+// end are computed one by one. Kernel rows above or below the input read the nearest row of the input and
+// their sums are dropped. The host runs it where such blocks cover all but a few pixels of a row
 // (kuiper/opencl/conv2d.py), and depthwise_padded elsewhere.
 #if SW == 1
 #define row_lanes(r, c) LOAD8(r, c)
@@ -207,40 +207,6 @@ __kernel OWN_LANES void depthwise_padded(__global store_t* restrict y, __global 
 // the even lanes of 16 consecutive floats: two vector loads and a shuffle, not a strided load per lane
 #define row_lanes(r, c) ((float16)(LOAD8(r, c), LOAD8(r, (c) + 8))).even
 #endif
-
-// The sum of one block's taps, its first lane's first tap reading column c, its kernel rows row_at[i] into
-// the plane. A sum per kernel row: KH independent chains of KW multiply-adds.
-inline float8 block_sum(const __global store_t* in, const float* taps, const int* row_at, const bool* row_inside,
-                        int c, int dilation_w) {
-    float8 row_sums[KH];
-    #pragma unroll
-    for (int i = 0; i < KH; ++i) {
-        const __global store_t* r = in + row_at[i];
-        row_sums[i] = 0.0f;
-        #pragma unroll
-        for (int j = 0; j < KW; ++j)
-            row_sums[i] += taps[i * KW + j] * row_lanes(r, c + j * dilation_w);
-    }
-    float8 sum = 0.0f;
-    #pragma unroll
-    for (int i = 0; i < KH; ++i) sum += row_inside[i] ? row_sums[i] : 0.0f;
-    return sum;
-}
-
-// one output pixel, its first tap reading column c, each tap tested
-inline float edge_pixel(const __global store_t* in, const float* taps, const int* row_at, const bool* row_inside,
-                        int c, int width, int dilation_w) {
-    float sum = 0.0f;
-    #pragma unroll
-    for (int i = 0; i < KH; ++i) {
-        #pragma unroll
-        for (int j = 0; j < KW; ++j) {
-            const int column = c + j * dilation_w;
-            if (row_inside[i] && column >= 0 && column < width) sum += taps[i * KW + j] * LOAD(in, row_at[i] + column);
-        }
-    }
-    return sum;
-}
 
 __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global const store_t* restrict x,
                              __global const store_t* restrict weight, __global const store_t* restrict bias,
@@ -266,21 +232,41 @@ __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global co
         row_inside[i] = row >= 0 && row < height;
         row_at[i] = (row < 0 ? 0 : row < height ? row : height - 1) * width;
     }
-    // [lo, hi): the pixels the vector blocks cover: from the first whose first tap is inside to the end of the
+    // the vector blocks cover [lo, last + DW): from the first pixel whose first tap is inside to the end of the
     // last block whose last tap (at SW = 2 the column after it, which row_lanes loads too) is inside
     const int lo = (left + SW - 1) / SW, room = width + left - (KW - 1) * dilation_w - DW * SW;
     const int last = room < 0 ? -1 : room / SW < out_w - DW ? room / SW : out_w - DW;
     for (int ox = lo; ; ox += DW) {
-        const int at = ox < last ? ox : last;
-        store_block(y, b + block_sum(in, taps, row_at, row_inside, at * SW - left, dilation_w),
-                    first + at, DW, residual, act_a, act_b);
+        const int at = ox < last ? ox : last, c = at * SW - left;
+        // a sum per kernel row: KH independent chains of KW multiply-adds
+        float8 row_sums[KH];
+        #pragma unroll
+        for (int i = 0; i < KH; ++i) {
+            const __global store_t* r = in + row_at[i];
+            row_sums[i] = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < KW; ++j) row_sums[i] += taps[i * KW + j] * row_lanes(r, c + j * dilation_w);
+        }
+        float8 acc = b;
+        #pragma unroll
+        for (int i = 0; i < KH; ++i) acc += row_inside[i] ? row_sums[i] : 0.0f;
+        store_block(y, acc, first + at, DW, residual, act_a, act_b);
         if (at == last) break;
     }
-    // the pixels left: [0, lo), then [last + DW, out_w)
+    // the pixels left, [0, lo) and [last + DW, out_w), each tap tested
     for (int ox = lo > 0 ? 0 : last + DW; ox < out_w; ox = ox + 1 == lo ? last + DW : ox + 1) {
-        const long at = first + ox;
-        STORE(y, at, epilogue(b + edge_pixel(in, taps, row_at, row_inside, ox * SW - left, width, dilation_w),
-                              residual, at, act_a, act_b));
+        const int c = ox * SW - left;
+        float sum = b;
+        #pragma unroll
+        for (int i = 0; i < KH; ++i) {
+            #pragma unroll
+            for (int j = 0; j < KW; ++j) {
+                const int column = c + j * dilation_w;
+                if (row_inside[i] && column >= 0 && column < width)
+                    sum += taps[i * KW + j] * LOAD(in, row_at[i] + column);
+            }
+        }
+        STORE(y, first + ox, epilogue(sum, residual, first + ox, act_a, act_b));
     }
 }
 
