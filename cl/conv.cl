@@ -95,14 +95,16 @@ __kernel void col2im(__global store_t* restrict y, const long y_offset, __global
 // ---- depthwise: one input channel per group, `multiplier` output channels per input channel -------------
 // Output channel o reads input channel o / multiplier with its own KH x KW weights (compile-time constants, so
 // the taps unroll), adds the bias and runs the fused epilogue (cl/epilogue.h). Plane z = item * channels + o of
-// the output reads plane z / multiplier of the input. Two kernels:
+// the output reads plane z / multiplier of the input. Three kernels:
 //   depthwise_conv2d   GPUs: work-item (ox, oy, z) computes one pixel: neighbouring work-items read and write
 //                      neighbouring addresses. Global size (out_w rounded up, out_h, items * channels).
-//   depthwise_rows     CPUs: work-item (oy, z) computes output row oy of plane z, DW pixels at a time in a
+//   depthwise_padded   CPUs: work-item (oy, z) computes output row oy of plane z, DW pixels at a time in a
 //                      floatDW, one vector load and multiply-add per tap, from a copy of the input with its
 //                      padding written out and its columns split by the stride SW (pad_planes), so that no
 //                      load needs a bounds test and a tap's lanes are consecutive at any stride. PoCL runs the
 //                      per-pixel kernel one pixel at a time. Global size (out_h, items * channels).
+//   depthwise_rows     CPUs, rows wide enough: the same from the input itself, the bounds tested at a row's
+//                      ends only, with no copy to write first.
 #ifdef KH
 __kernel void depthwise_conv2d(__global store_t* restrict y, __global const store_t* restrict x,
                                __global const store_t* restrict weight, __global const store_t* restrict bias,
@@ -151,15 +153,15 @@ inline void store_block(__global store_t* y, float8 v, long at, int count, EPILO
     }
 }
 
-// `padded`: the input planes with their padding (pad_planes, one row phase), SW column phases of padded_h rows
-// of phase_w columns: column c of a padded row is element c / SW of phase c % SW, so that the lanes of a tap,
-// SW columns apart, are consecutive. The phases reach past the last block of DW pixels: lanes past out_w read
-// zeros.
-__kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global const store_t* restrict padded,
-                             __global const store_t* restrict weight, __global const store_t* restrict bias,
-                             const int has_bias, EPILOGUE_ARGS, const int channels, const int multiplier,
-                             const int padded_h, const int phase_w, const int out_h, const int out_w,
-                             const int stride_h, const int dilation_h, const int dilation_w) {
+// depthwise_padded: `padded` holds the input planes with their padding (pad_planes, one row phase), SW column
+// phases of padded_h rows of phase_w columns: column c of a padded row is element c / SW of phase c % SW, so
+// that the lanes of a tap, SW columns apart, are consecutive. The phases reach past the last block of DW
+// pixels: lanes past out_w read zeros.
+__kernel OWN_LANES void depthwise_padded(__global store_t* restrict y, __global const store_t* restrict padded,
+                               __global const store_t* restrict weight, __global const store_t* restrict bias,
+                               const int has_bias, EPILOGUE_ARGS, const int channels, const int multiplier,
+                               const int padded_h, const int phase_w, const int out_h, const int out_w,
+                               const int stride_h, const int dilation_h, const int dilation_w) {
     const long phase = (long)padded_h * phase_w;  // one column phase to the next
     const int oy = get_global_id(0);
     const long plane = get_global_id(1);
@@ -189,6 +191,82 @@ __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global co
         #pragma unroll
         for (int i = 1; i < KH; ++i) acc += row_sums[i];
         store_block(y, acc, first + ox, (out_w - ox < DW ? out_w - ox : DW), residual, act_a, act_b);
+    }
+}
+
+// depthwise_rows: the same, from the input itself, at column strides SW of 1 and 2. Lane l of a block of DW
+// output pixels reads input column c + l * SW of a row for a tap whose first lane reads column c. Blocks whose
+// every tap lies inside the row load their lanes as vectors (row_lanes); they run from a row's first such
+// pixel on, the last one slid back to end where the last such block ends, and the few pixels left at either
+// end are computed one by one. Kernel rows above or below the input read the nearest row of the input and
+// their sums are dropped. The host runs it where such blocks cover all but a few pixels of a row
+// (kuiper/opencl/conv2d.py), and depthwise_padded elsewhere.
+#if SW == 1
+#define row_lanes(r, c) LOAD8(r, c)
+#else
+// the even lanes of 16 consecutive floats: two vector loads and a shuffle, not a strided load per lane
+#define row_lanes(r, c) ((float16)(LOAD8(r, c), LOAD8(r, (c) + 8))).even
+#endif
+
+__kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global const store_t* restrict x,
+                             __global const store_t* restrict weight, __global const store_t* restrict bias,
+                             const int has_bias, EPILOGUE_ARGS, const int channels, const int multiplier,
+                             const int height, const int width, const int out_h, const int out_w,
+                             const int stride_h, const int top, const int left, const int dilation_h,
+                             const int dilation_w) {
+    const int oy = get_global_id(0);
+    const long plane = get_global_id(1);
+    if (oy >= out_h) return;
+    const int o = plane % channels;
+    const __global store_t* in = x + plane / multiplier * height * width;
+    float taps[KH * KW];  // the row's weights, in registers for all its blocks
+    #pragma unroll
+    for (int t = 0; t < KH * KW; ++t) taps[t] = LOAD(weight, o * KH * KW + t);
+    const float b = has_bias ? LOAD(bias, o) : 0.0f;
+    const long first = (plane * out_h + oy) * out_w;
+    int row_at[KH];  // where each kernel row reads in the plane, and whether it is inside the input
+    bool row_inside[KH];
+    #pragma unroll
+    for (int i = 0; i < KH; ++i) {
+        const int row = oy * stride_h - top + i * dilation_h;
+        row_inside[i] = row >= 0 && row < height;
+        row_at[i] = (row < 0 ? 0 : row < height ? row : height - 1) * width;
+    }
+    // the vector blocks cover [lo, last + DW): from the first pixel whose first tap is inside to the end of the
+    // last block whose last tap (at SW = 2 the column after it, which row_lanes loads too) is inside
+    const int lo = (left + SW - 1) / SW, room = width + left - (KW - 1) * dilation_w - DW * SW;
+    const int last = room < 0 ? -1 : room / SW < out_w - DW ? room / SW : out_w - DW;
+    for (int ox = lo; ; ox += DW) {
+        const int at = ox < last ? ox : last, c = at * SW - left;
+        // a sum per kernel row: KH independent chains of KW multiply-adds
+        float8 row_sums[KH];
+        #pragma unroll
+        for (int i = 0; i < KH; ++i) {
+            const __global store_t* r = in + row_at[i];
+            row_sums[i] = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < KW; ++j) row_sums[i] += taps[i * KW + j] * row_lanes(r, c + j * dilation_w);
+        }
+        float8 acc = b;
+        #pragma unroll
+        for (int i = 0; i < KH; ++i) acc += row_inside[i] ? row_sums[i] : 0.0f;
+        store_block(y, acc, first + at, DW, residual, act_a, act_b);
+        if (at == last) break;
+    }
+    // the pixels left, [0, lo) and [last + DW, out_w), each tap tested
+    for (int ox = lo > 0 ? 0 : last + DW; ox < out_w; ox = ox + 1 == lo ? last + DW : ox + 1) {
+        const int c = ox * SW - left;
+        float sum = b;
+        #pragma unroll
+        for (int i = 0; i < KH; ++i) {
+            #pragma unroll
+            for (int j = 0; j < KW; ++j) {
+                const int column = c + j * dilation_w;
+                if (row_inside[i] && column >= 0 && column < width)
+                    sum += taps[i * KW + j] * LOAD(in, row_at[i] + column);
+            }
+        }
+        STORE(y, first + ox, epilogue(sum, residual, first + ox, act_a, act_b));
     }
 }
 
@@ -239,8 +317,8 @@ __kernel OWN_LANES void grouped_rows(__global store_t* restrict y, __global cons
 #endif
 #endif
 
-// ---- pad_planes: planes with zeros around them, split into the stride's phases, for *_rows above ----------
-// (and for cl/gemm.cl's gemm_cpu built with TAPS, which reads a convolution's im2col entries from it)
+// ---- pad_planes: planes with zeros around them, split into the stride's phases, for *_padded, grouped_rows --
+// and cl/gemm.cl's gemm_cpu built with TAPS, which reads a convolution's im2col entries from it.
 // Padded row r is row r / row_phases of row phase r % row_phases, and its column c element c / SW of column
 // phase c % SW: a plane of the copy is row_phases x SW phase planes, each `rows` = padded_h / row_phases
 // (rounded up) rows of phase_w columns. In one phase plane a strided convolution reads like one at stride 1:

@@ -17,8 +17,10 @@
 
 #define INPUT(k) __global const store_t* restrict in##k, const int8 st##k
 #ifdef ROWS  // (see the kernel) input k's element x of the row: from the row's first, base##k, x steps along it
+// of STEPk (-DSTEPk, stk.s0 as a constant: 0 or 1), so that the compiler loads a broadcast input's value once
+// for the row and a whole one's in vectors
 #define BASE(k) const int base##k = offset(c, st##k);
-#define IN(k) LOAD(in##k, base##k + x * st##k.s0)
+#define IN(k) LOAD(in##k, base##k + x * STEP##k)
 #else
 #define IN(k) LOAD(in##k, offset(c, st##k))
 #endif

@@ -176,6 +176,23 @@ __kernel void adaptive_avg_pool2d(__global store_t* restrict y, __global const s
     STORE(y, i, sum);
 }
 
+// global_avg_pool_rows: the mean of each whole plane (a 1 x 1 output), for CPUs: work-item p sums plane p in
+// the order it is stored, eight running sums in a float8, where the kernel above walks it column by column, a
+// load a row apart each. Global size (planes).
+__kernel OWN_LANES void global_avg_pool_rows(__global store_t* restrict y, __global const store_t* restrict x,
+                                             const int n, const int height, const int width) {
+    const int p = get_global_id(0);
+    if (p >= n) return;
+    const int size = height * width;
+    const __global store_t* plane = x + (long)p * size;
+    float8 sums = 0.0f;
+    int i = 0;
+    for (; i + 8 <= size; i += 8) sums += LOAD8(plane, i);
+    float sum = (sums.s0 + sums.s1) + (sums.s2 + sums.s3) + ((sums.s4 + sums.s5) + (sums.s6 + sums.s7));
+    for (; i < size; ++i) sum += LOAD(plane, i);
+    STORE(y, p, sum / (float)size);
+}
+
 // The maximum of output i's bin; *where is its flat h * width + w position in the plane. PyTorch scans the bin
 // row by row, so the first maximum (or the last NaN) is the one it reports.
 float adaptive_max(__global const store_t* x, int i, int height, int width, int out_h, int out_w, int* where) {

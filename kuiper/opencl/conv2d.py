@@ -4,8 +4,9 @@ and batch item (cl/conv.cl, cl/gemm.cl through kuiper/opencl/gemm.py), the bias 
 The kernels, and which one a layer runs:
 
 * depthwise convolution (one input channel per group) has a direct kernel of its own, its K = kh*kw too short
-  for a GEMM to pay: on GPUs depthwise_conv2d, a pixel per work-item; on CPUs pad_planes, then depthwise_rows,
-  a row per work-item in vectors. On CPUs grouped convolutions of few channels a group (ResNeXt, RegNet) run
+  for a GEMM to pay: on GPUs depthwise_conv2d, a pixel per work-item; on CPUs depthwise_rows, a row per
+  work-item in vectors, read from the input, or where rows are too narrow for that (`unpadded_rows`) pad_planes,
+  then depthwise_padded. On CPUs grouped convolutions of few channels a group (ResNeXt, RegNet) run
   grouped_rows the same way, each work-item computing several output channels (GROUPED_DIRECT_CHANNELS,
   GROUPED_BLOCKS);
 * 1x1 stride-1 unpadded kernels are a plain GEMM on the input, which already is the column matrix;
@@ -52,6 +53,13 @@ TAPS_MIN_ROW = 64
 #: are computed too, and DeepLab-v3's 3x3 at dilation 12 on a 14x14 map (padding 12) makes a grid of 508 columns
 #: for 196 pixels
 TAPS_MAX_GRID = 2
+#: depthwise_rows reads the input itself at column strides up to this (its vectors' lanes: 1 or 2 columns apart),
+UNPADDED_MAX_STRIDE = 2
+#: ... where at most this many pixels a row fall outside its vector blocks, each computed alone with every tap
+#: tested: MobileNet's 3x3 layers at any width, not 5x5 ones on 14x14 or 7x7 maps (docs/tuning.md)
+UNPADDED_EDGE_PIXELS = 2
+#: the pixels of depthwise_rows' vector blocks (DW in cl/conv.cl)
+ROW_BLOCK = 8
 
 
 @opencl("nn.Conv2d")
@@ -78,15 +86,19 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
                            and self.cl_block is not None)
         if cin_g == 1 or self.cl_grouped:
             kh, kw = self.kernel_size
-            # CPUs: a row per work-item, in vectors, from a padded copy of the input; GPUs: a pixel (cl/conv.cl)
+            # CPUs: a row per work-item, in vectors, from a padded copy of the input or, depthwise where rows are
+            # wide enough, from the input itself; GPUs: a pixel (cl/conv.cl)
             options = [f"-DKH={kh}", f"-DKW={kw}", f"-DSW={self.stride[1]}", *self.cl_epilogue.options]
             self.cl_pad = rt.kernel("conv.cl", "pad_planes", options) if rt.is_cpu else None
             self.cl_direct_group = rt.max_local_size()
+            self.cl_unpadded = None
             if self.cl_grouped:
                 self.cl_direct = rt.kernel("conv.cl", "grouped_rows", [*options, f"-DOB={self.cl_block}"])
             else:
-                self.cl_direct = rt.kernel("conv.cl", "depthwise_rows" if rt.is_cpu else "depthwise_conv2d",
+                self.cl_direct = rt.kernel("conv.cl", "depthwise_padded" if rt.is_cpu else "depthwise_conv2d",
                                            options)
+                if rt.is_cpu and self.stride[1] <= UNPADDED_MAX_STRIDE:
+                    self.cl_unpadded = rt.kernel("conv.cl", "depthwise_rows", options)
             self.cl_weight = rt.upload(self.w_kernel)
             return
         self.cl_direct = None
@@ -253,7 +265,8 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
 
     # ---- the direct kernels: depthwise and grouped convolution ---------------------------------------------
     def _direct_opencl(self, q, inputs, y, items: int) -> None:
-        """The direct kernels: depthwise_conv2d (GPUs), or pad_planes then depthwise_rows or grouped_rows (CPUs)."""
+        """The direct kernels: depthwise_conv2d (GPUs), depthwise_rows, or pad_planes then depthwise_padded or
+        grouped_rows (CPUs)."""
         x, (h, w), (ho, wo) = inputs[0], inputs[0].shape[-2:], y.shape[-2:]
         cin, cout = self.in_channels, self.out_channels
         (sh, sw), (dh, dw), (top, _), (left, _) = self.stride, self.dilation, *self.pads
@@ -263,12 +276,29 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
             q.run(self.cl_direct, (round_up(wo, 8), ho, items * cout), None, y.buffer, x.buffer, *common, h, w,
                   ho, wo, sh, sw, top, left, dh, dw)
             return
-        padded, padded_h, phase_w, _ = self._pad_planes(q, x, items, block=8)  # the kernels compute blocks of 8 pixels
         # a work-group per output plane: PoCL's own choice ran 32 planes of 112x112 about half as fast
         local = (ho, 1) if ho <= self.cl_direct_group else None
+        if self.cl_unpadded is not None and self.unpadded_rows((h, w)):
+            q.run(self.cl_unpadded, (ho, items * cout), local, y.buffer, x.buffer, *common, h, w, ho, wo, sh, top,
+                  left, dh, dw)
+            return
+        padded, padded_h, phase_w, _ = self._pad_planes(q, x, items, block=8)  # the kernels compute blocks of 8 pixels
         if self.cl_grouped:  # common's last value, the multiplier, is cout_g here too
             q.run(self.cl_direct, (ho, items * cout // self.cl_block), local, y.buffer, padded, *common,
                   cin // self.groups, padded_h, phase_w, ho, wo, sh, dh, dw)
             return
         q.run(self.cl_direct, (ho, items * cout), local, y.buffer, padded, *common, padded_h, phase_w, ho, wo,
               sh, dh, dw)
+
+    def unpadded_rows(self, in_hw: tuple) -> bool:
+        """Whether depthwise_rows, which reads the input itself, runs at this input size: where its vector blocks,
+        every tap inside the row, cover all but UNPADDED_EDGE_PIXELS pixels of a row (cl/conv.cl has the same
+        bounds): from the first pixel whose first tap is inside to the end of the last block whose last tap
+        (and at stride 2 the column after it, which the block loads too) is inside."""
+        w, wo = in_hw[1], self.output_shapes([(self.in_channels, *in_hw)])[0][-1]
+        sw, dw, kw, (left, _) = self.stride[1], self.dilation[1], self.kernel_size[1], self.pads[1]
+        first, room = -(-left // sw), w + left - (kw - 1) * dw - ROW_BLOCK * sw
+        if room < 0 or wo < ROW_BLOCK:
+            return False
+        last = min(room // sw, wo - ROW_BLOCK)  # where the last vector block starts
+        return last >= first and first + wo - last - ROW_BLOCK <= UNPADDED_EDGE_PIXELS

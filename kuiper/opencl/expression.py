@@ -6,7 +6,8 @@ C expression, compiled into cl/expression.cl:
 so each work-item evaluates the whole formula for one output element, with no intermediate arrays. A
 constant expression (no inputs) is computed once at build and copied, like a pnnx.Attribute. On CPU devices
 the work-items go by rows of the innermost dim instead (-DROWS), each taking a run of up to ROW_SPAN elements
-of one row: long enough to pay for finding the row, short enough to share a long row between cores.
+of one row: long enough to pay for finding the row, short enough to share a long row between cores. There each
+input's step along the row, 0 or 1, is built in as a constant (`_row_kernel`).
 """
 
 from __future__ import annotations
@@ -39,10 +40,24 @@ class Expression(OpenCLLayer, expression.Expression):
             self.cl_constant = rt.upload(kept_nonzero(self.run_numpy()[0], rt.stored(np.float32)))
             return
         inputs = ",".join(f"INPUT({i})" for i in self.operands)
-        self.cl_rows = rt.is_cpu  # work-items by rows of the innermost dim (cl/expression.cl)
-        rows = ["-DROWS", "-DBASES=" + "".join(f"BASE({i})" for i in self.operands)] if self.cl_rows else []
-        self.cl_kernel = rt.kernel("expression.cl", "expression",
-                                   [f"-DINPUTS={inputs}", f"-DEXPR={opencl_expression(self.tree)}", *rows])
+        self.cl_rt, self.cl_rows = rt, rt.is_cpu  # work-items by rows of the innermost dim (cl/expression.cl)
+        self.cl_options = [f"-DINPUTS={inputs}", f"-DEXPR={opencl_expression(self.tree)}"]
+        if self.cl_rows:
+            self.cl_options += ["-DROWS", "-DBASES=" + "".join(f"BASE({i})" for i in self.operands)]
+            self.cl_kernels = {}  # each input's step along a row (0 or 1) -> the kernel built for them
+        else:
+            self.cl_kernel = rt.kernel("expression.cl", "expression", self.cl_options)
+
+    def _row_kernel(self, strides: tuple):
+        """On CPUs, the kernel built for these inputs' steps along a row, each 0 (broadcast) or 1 (the innermost
+        merged dim is the output's innermost of extent over 1, where an input's row-major step is 1 or it is
+        broadcast): constants there, so that the loop along the row loads an input in vectors, or once outside
+        it (a squeeze-excitation's scale over a plane), as the compiler cannot where the step is an argument."""
+        steps = tuple(int(st[0]) for st in strides)
+        if steps not in self.cl_kernels:
+            options = [f"-DSTEP{i}={step}" for i, step in zip(self.operands, steps)]
+            self.cl_kernels[steps] = self.cl_rt.kernel("expression.cl", "expression", [*self.cl_options, *options])
+        return self.cl_kernels[steps]
 
     def forward_opencl(self, q, inputs, outputs):
         out = outputs[0]
@@ -58,7 +73,8 @@ class Expression(OpenCLLayer, expression.Expression):
         row = int(dims[0])
         span = min(row, ROW_SPAN) if self.cl_rows else 1  # elements per work-item
         size = (-(-row // span), out.size // row) if self.cl_rows else (round_up(out.size, 256), 1)
-        q.run(self.cl_kernel, size, None, out.buffer, out.size, span, ndim, dims, *pairs)
+        kernel = self._row_kernel(strides) if self.cl_rows else self.cl_kernel
+        q.run(kernel, size, None, out.buffer, out.size, span, ndim, dims, *pairs)
 
 
 def kept_nonzero(value: np.ndarray, storage: np.dtype) -> np.ndarray:

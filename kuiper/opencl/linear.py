@@ -1,9 +1,9 @@
 """Linear on OpenCL (the layer itself: kuiper/layers/linear.py): one GEMM of kuiper/opencl/gemm.py, every leading
 axis of the input folded into its rows and the bias added per column as the kernel stores C.
 
-On CPUs the weights W^T are uploaded in panels of PANEL columns where that many divide the outputs (ConstantB),
-so that a work-item reads its columns of each k right after those of the last k, not a whole row of W^T
-further on: the GEMM is then a stack of one product per panel. The GEMM's variant is chosen per input shape (kuiper/opencl/tuning.py, its dimensions from
+On CPUs the weights W^T are uploaded in panels of PANEL columns (ConstantB), so that a work-item reads its
+columns of each k right after those of the last k, not a whole row of W^T further on: the GEMM is then a stack
+of one product per panel, and a second GEMM computes the columns past the last whole panel. The GEMM's variant is chosen per input shape (kuiper/opencl/tuning.py, its dimensions from
 `gemm_dims`). A residual sum and an activation fused after the layer (kuiper/opencl/fused.py) run in the GEMM's
 store (`cl_epilogue`).
 """
@@ -28,9 +28,8 @@ class Linear(FeaturesLayer, linear.Linear):
 
     def build_opencl(self, rt):
         self.gemm = Gemm(rt, epilogue=self.cl_epilogue)
-        self.cl_weight_t = ConstantB(rt, self.weight_t)  # on CPUs in panels, one product each, where they divide
+        self.cl_weight_t = ConstantB(rt, self.weight_t, self.bias)  # on CPUs in panels, one product each
         self.variants = self.gemm.choices(self.gemm_dims)
-        self.cl_bias = None if self.bias is None else rt.upload(self.bias)
 
     def forward_opencl(self, q, inputs, outputs):
         y = outputs[0]
@@ -41,10 +40,11 @@ class Linear(FeaturesLayer, linear.Linear):
         else:  # every row: a fused epilogue reads the tensors it adds by the output's index
             x, first, rows = inputs[0].buffer, 0, y.size // self.out_features
         shape = inputs[0].shape if rows == y.size // self.out_features else (rows, self.in_features)
-        self.gemm(q, rows, a=Matrix(x, self.in_features, offset=first * self.in_features),
-                  **self.cl_weight_t.operands(Matrix(y.buffer, self.out_features, offset=first * self.out_features)),
-                  bias=self.cl_bias, bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
-                  epilogue=self.cl_epilogue.args(inputs, y), variant=self.variants.pick((shape,)))
+        calls = self.cl_weight_t.operands(Matrix(y.buffer, self.out_features, offset=first * self.out_features))
+        for i, call in enumerate(calls):  # the layer's variant for the panels, the rule's for the columns past them
+            self.gemm(q, rows, a=Matrix(x, self.in_features, offset=first * self.in_features), **call,
+                      bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS, epilogue=self.cl_epilogue.args(inputs, y),
+                      variant=None if i else self.variants.pick((shape,)))
 
     def gemm_dims(self, shapes) -> tuple:
         """(m, n, stack) of the GEMMs for these input shapes: every leading axis folds into the rows."""

@@ -23,7 +23,7 @@ from kuiper.opencl.strided import View
 class MultiheadAttention(Attention, multihead_attention.MultiheadAttention):
     def build_opencl(self, rt):
         super().build_opencl(rt)
-        self.cl_projections = [(ConstantB(rt, w), None if b is None else rt.upload(b)) for w, b in self.projections]
+        self.cl_projections = [ConstantB(rt, w, b) for w, b in self.projections]
         self.cl_extras = [None if e is None else DeviceTensor(rt, rt.upload(e), e.shape, rt.stored(e.dtype))
                           for e in (self.extra_k, self.extra_v)]
         self.cl_mean = rt.upload(np.full(self.num_heads, 1 / self.num_heads, np.float32))
@@ -35,9 +35,9 @@ class MultiheadAttention(Attention, multihead_attention.MultiheadAttention):
 
     def linear(self, q, which: int, rows: int, c: Matrix, a: Matrix, items: int = 1) -> None:
         """C = A @ W^T + b with projection `which`, for `items` stacked products of `rows` rows."""
-        weight_t, bias = self.cl_projections[which]
-        self.gemm(q, rows, a=a, **weight_t.operands(c), items=items, bias=bias,
-                  bias_mode=NO_BIAS if bias is None else COLUMN_BIAS)
+        weight_t = self.cl_projections[which]
+        for call in weight_t.operands(c):
+            self.gemm(q, rows, a=a, **call, items=items, bias_mode=NO_BIAS if weight_t.bias is None else COLUMN_BIAS)
 
     def forward_opencl(self, q, inputs, outputs):
         query, key, value = (inputs[s] for s in self.qkv_slots)

@@ -13,8 +13,10 @@ RNG = np.random.default_rng(4)
 LARGE = ((3, 16, 23, 19), (5, 7))  # several work-groups' worth of outputs
 
 
-@pytest.mark.parametrize("shape, output_size", CASES + [LARGE])
-def test_adaptive_avg_pool_opencl_matches_numpy(cl_runtime, shape, output_size):
+@pytest.mark.parametrize("shape, output_size", CASES + [LARGE, ((2, 5, 29, 31), (1, 1))])
+@pytest.mark.parametrize("cpu", [True, False])  # global pooling: whole planes in vectors on CPUs
+def test_adaptive_avg_pool_opencl_matches_numpy(cl_runtime, monkeypatch, shape, output_size, cpu):
+    monkeypatch.setattr(cl_runtime, "is_cpu", cpu)
     x = RNG.standard_normal(shape).astype(np.float32)
     layer = make_layer("nn.AdaptiveAvgPool2d", params=dict(output_size=output_size), input_shapes=[shape])
     assert_opencl_matches_numpy(layer, cl_runtime, x)

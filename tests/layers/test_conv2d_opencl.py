@@ -8,7 +8,7 @@ import pytest
 import kuiper
 import kuiper.opencl.conv2d
 import kuiper.opencl.gemm
-from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy, write_model
+from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy, on_opencl, write_model
 from kuiper.opencl import spec_of
 from test_conv2d import CASES, make_conv
 
@@ -112,20 +112,47 @@ def test_grouped_rows_runs_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path,
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-@pytest.mark.parametrize("cpu", [True, False])
-def test_the_depthwise_kernels_run_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, cpu, activation):
-    monkeypatch.setattr(cl_runtime, "is_cpu", cpu)  # depthwise_rows, or depthwise_conv2d
+@pytest.mark.parametrize("cpu, unpadded", [(True, 2), (True, 0), (False, 2)],
+                         ids=["depthwise_rows", "depthwise_padded", "depthwise_conv2d"])
+def test_the_depthwise_kernels_run_the_fused_epilogue(cl_runtime, monkeypatch, tmp_path, cpu, unpadded, activation):
+    monkeypatch.setattr(cl_runtime, "is_cpu", cpu)
+    monkeypatch.setattr(kuiper.opencl.conv2d, "UNPADDED_MAX_STRIDE", unpadded)
     expected, x, graph = residual_graph(tmp_path, cl_runtime, 4, (2, 4, 9, 11), activation)
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("stride, padding, width", [(1, 1, 37), (2, 1, 37), (2, 2, 40), (3, 1, 38), (2, 0, 3)])
-def test_padded_phases_of_the_rows_kernels(cl_runtime, monkeypatch, stride, padding, width):
+ROWS_CASES = [(3, 1, 1, 1, 37), (3, 2, 1, 1, 37), (3, 2, 2, 1, 40), (3, 3, 1, 1, 38), (3, 2, 0, 1, 3),
+              (5, 1, 2, 1, 30), (5, 2, 2, 1, 45), (3, 1, 2, 2, 29), (5, 1, 4, 2, 7), (3, 2, 1, 1, 18)]
+
+
+def rows_case(kernel, stride, padding, dilation, width, groups=6):
+    return dict(in_channels=6, out_channels=6 if groups == 6 else 8, kernel_size=kernel, stride=stride,
+                padding=padding, dilation=dilation, groups=groups, input_shape=(2, 6, 5, width))
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, width", ROWS_CASES)
+@pytest.mark.parametrize("groups", [6, 2], ids=["depthwise", "grouped"])
+def test_the_rows_kernels_on_a_padded_copy(cl_runtime, monkeypatch, kernel, stride, padding, dilation, width,
+                                           groups):
     # pad_planes splits each padded row into `stride` phases: rows wide enough for its run of whole groups of
     # `stride` inputs and for the columns on either side that it fills one by one (cl/conv.cl)
+    monkeypatch.setattr(cl_runtime, "is_cpu", True)  # depthwise_padded or grouped_rows, whatever this device is
+    monkeypatch.setattr(kuiper.opencl.conv2d, "UNPADDED_MAX_STRIDE", 0)
+    check(rows_case(kernel, stride, padding, dilation, width, groups), cl_runtime)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, width", [
+    (3, 1, 1, 1, 37), (3, 2, 1, 1, 37), (3, 2, 2, 1, 40), (5, 1, 2, 1, 30), (5, 2, 2, 1, 45), (3, 1, 2, 2, 29),
+    (3, 1, 0, 1, 10), (3, 2, 1, 1, 22), (7, 1, 3, 1, 16), (3, 1, 1, 1, 16), (1, 2, 0, 1, 21)])
+def test_depthwise_rows_from_the_input(cl_runtime, monkeypatch, kernel, stride, padding, dilation, width):
+    # blocks of 8 outputs whose taps all lie inside the input row, the last one slid back, and pixels at either
+    # end computed one by one (cl/conv.cl): here however many of them a row leaves
     monkeypatch.setattr(cl_runtime, "is_cpu", True)  # depthwise_rows, whatever this device is
-    check(dict(in_channels=3, out_channels=3, kernel_size=3, stride=stride, padding=padding, groups=3,
-               input_shape=(2, 3, 5, width)), cl_runtime)
+    monkeypatch.setattr(kuiper.opencl.conv2d, "UNPADDED_EDGE_PIXELS", 10 ** 6)
+    case = rows_case(kernel, stride, padding, dilation, width)
+    layer, _, _ = make_conv(RNG, **case)
+    assert on_opencl(layer).unpadded_rows(case["input_shape"][-2:])
+    check(case, cl_runtime)
 
 
 TAPS_CASES = {  # blocks of 32 that slide back at a row's end, 16, 4 and 1: along the padded grid of a phase plane

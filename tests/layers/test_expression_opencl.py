@@ -80,6 +80,7 @@ def test_more_than_eight_dims_after_merging_has_no_layout():
     ((2, 1, 3, 1, 5, 1, 7), (1, 4, 1, 6, 1, 8, 1)),    # 7 dims that do not merge
     ((2, 1) * 4 + (2,), (1, 2) * 4 + (1,)),            # 9 such dims: beyond the kernel, run on the host
     ((3, 9000), (3, 1)),                               # rows longer than a CPU work-item's run
+    ((2, 16, 9, 11), (2, 16, 1, 1)),                   # a squeeze-excitation's scale: a value a row on CPUs
 ])
 @pytest.mark.parametrize("cpu", [True, False])
 def test_broadcasting_matches_numpy(cl_runtime, monkeypatch, a, b, cpu):

@@ -52,16 +52,18 @@ def test_gemv_matches_numpy(cl_runtime, monkeypatch, in_features, out_features, 
     assert_opencl_matches_numpy(layer, cl_runtime, RNG.standard_normal(shape).astype(np.float32), variant=GEMV)
 
 
-def test_weights_in_panels_on_cpus(cl_runtime):
-    """Where the output features are a multiple of PANEL, a CPU device multiplies each panel of the weights as a
-    product of its own, by every variant there is; other devices and widths keep one product."""
-    layer, _, _ = make_linear(RNG, 40, 3 * PANEL, True, input_shape=(2, 7, 40), backend="opencl")
+@pytest.mark.parametrize("rest", [0, 5, PANEL - 1])
+@pytest.mark.parametrize("bias", [True, False])
+def test_weights_in_panels_on_cpus(cl_runtime, rest, bias):
+    """A CPU device multiplies each whole panel of the weights as a product of its own, by every variant there
+    is, and the columns past them (`rest`) as one more product; other devices keep one product."""
+    layer, _, _ = make_linear(RNG, 40, 3 * PANEL + rest, bias, input_shape=(2, 7, 40), backend="opencl")
     x = RNG.standard_normal((2, 7, 40), dtype=np.float32)
     names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
     assert layer.cl_weight_t.panels == (3 if cl_runtime.is_cpu else 0)
-    assert layer.gemm_dims([x.shape]) == ((14, PANEL, 3) if cl_runtime.is_cpu else (14, 3 * PANEL, 1))
+    assert layer.gemm_dims([x.shape]) == ((14, PANEL, 3) if cl_runtime.is_cpu else (14, 3 * PANEL + rest, 1))
     assert set(layer.gemm.candidates(layer.gemm_dims([x.shape])[1])) >= set(names) and len(names) > 4
-    np.testing.assert_array_equal(panels(layer.weight_t)[1], layer.weight_t[:, PANEL:2 * PANEL])
+    np.testing.assert_array_equal(panels(layer.weight_t[:, :3 * PANEL])[1], layer.weight_t[:, PANEL:2 * PANEL])
 
 
 @pytest.mark.parametrize("activation", ["nn.GELU", "nn.ReLU"])
