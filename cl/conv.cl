@@ -271,7 +271,7 @@ __kernel OWN_LANES void depthwise_rows(__global store_t* restrict y, __global co
 }
 
 // grouped_rows: grouped convolution on CPUs, cin_g input channels a group, from the same padded copy as
-// depthwise_rows. Work-item (oy, z) computes output row oy of OB consecutive output channels of one group, plane
+// depthwise_padded. Work-item (oy, z) computes output row oy of OB consecutive output channels of one group, plane
 // block z = item * channels / OB + o / OB: each vector of input pixels is loaded once for OB multiply-adds (one
 // output channel a work-item ran load-bound, slower than the stack of thin GEMMs from 8 channels a group up).
 // Global size (out_h, items * channels / OB); cout_g is a multiple of OB.

@@ -1,7 +1,8 @@
 """Adaptive average and max pooling on OpenCL (the ops and their bins: kuiper/layers/adaptive_pool.py), in
 cl/pooling.cl: a work-item per output element, which computes its bin's bounds from PyTorch's formula and
 pools it, consecutive work-items writing consecutive elements; AdaptiveAvgPool1d runs it on the unit-height
-view. On CPUs average pooling to 1 x 1 sums each plane in a work-item of its own instead, in vectors. Max pooling with return_indices takes the kernel that also writes where each maximum came from
+view. On CPUs average pooling to 1 x 1 sums each plane in a work-item of its own instead, in vectors. Max
+pooling with return_indices takes the kernel that also writes where each maximum came from
 (adaptive_max_pool2d_indices)."""
 
 from __future__ import annotations

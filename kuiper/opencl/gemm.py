@@ -117,8 +117,6 @@ SPLIT_GROUPS_PER_UNIT = 4
 SPLIT_SPAN = 256
 
 
-
-
 class Matrix(NamedTuple):
     """One operand of a stacked GEMM: where product (group, item) finds its matrix in `buffer`."""
 
@@ -164,7 +162,6 @@ class KernelEpilogue(NamedTuple):
 
 
 NO_EPILOGUE = KernelEpilogue()
-
 
 
 def panels(b: np.ndarray) -> np.ndarray:

@@ -3,9 +3,9 @@ axis of the input folded into its rows and the bias added per column as the kern
 
 On CPUs the weights W^T are uploaded in panels of PANEL columns (ConstantB), so that a work-item reads its
 columns of each k right after those of the last k, not a whole row of W^T further on: the GEMM is then a stack
-of one product per panel, and a second GEMM computes the columns past the last whole panel. The GEMM's variant is chosen per input shape (kuiper/opencl/tuning.py, its dimensions from
-`gemm_dims`). A residual sum and an activation fused after the layer (kuiper/opencl/fused.py) run in the GEMM's
-store (`cl_epilogue`).
+of one product per panel, and a second GEMM computes the columns past the last whole panel. The GEMM's
+variant is chosen per input shape (kuiper/opencl/tuning.py, its dimensions from `gemm_dims`). A residual sum
+and an activation fused after the layer (kuiper/opencl/fused.py) run in the GEMM's store (`cl_epilogue`).
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ class Linear(FeaturesLayer, linear.Linear):
             x, first, rows = inputs[0].buffer, 0, y.size // self.out_features
         shape = inputs[0].shape if rows == y.size // self.out_features else (rows, self.in_features)
         calls = self.cl_weight_t.operands(Matrix(y.buffer, self.out_features, offset=first * self.out_features))
+        a = Matrix(x, self.in_features, offset=first * self.in_features)
+        common = dict(bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS,
+                      epilogue=self.cl_epilogue.args(inputs, y))
         for i, call in enumerate(calls):  # the layer's variant for the panels, the rule's for the columns past them
-            self.gemm(q, rows, a=Matrix(x, self.in_features, offset=first * self.in_features), **call,
-                      bias_mode=NO_BIAS if self.bias is None else COLUMN_BIAS, epilogue=self.cl_epilogue.args(inputs, y),
-                      variant=None if i else self.variants.pick((shape,)))
+            self.gemm(q, rows, a=a, **call, **common, variant=None if i else self.variants.pick((shape,)))
 
     def gemm_dims(self, shapes) -> tuple:
         """(m, n, stack) of the GEMMs for these input shapes: every leading axis folds into the rows."""

@@ -23,7 +23,6 @@ docs/tuning.md keeps the measurements behind the thresholds below.
 from __future__ import annotations
 
 import math
-
 from typing import NamedTuple
 
 from kuiper.core.winograd import F2, F4, Winograd
@@ -99,6 +98,7 @@ class WinogradConv:
         self.layer = layer
         self.gemm = Gemm(rt.at_precision("fp32"))
         self.stored_gemm = Gemm(rt)  # F(2x2)'s, at the runtime's precision
+        self.weights = {}  # (method, its GEMM's runtime) -> the transformed weights there, shared by variants
         self.variants = [Variant(FLAT, lambda: self.build(F4, ""), self),
                          *([Variant(ROWS, lambda: self.build(F4, "_rows"), self)] if rt.is_cpu else []),
                          Variant(STORED, lambda: self.build(F2, "", stored=True), self)]
@@ -126,7 +126,10 @@ class WinogradConv:
         options = [f"-DWM={method.m}", f"-DWINO_BT={entries(method.bt)}", f"-DWINO_AT={entries(method.at)}",
                    *(["-DSTORED_TILES"] if stored else []), *self.layer.cl_epilogue.options]
         gemm = self.stored_gemm if stored else self.gemm
-        weight = gemm.rt.upload(method.transform_kernel(self.layer.w_kernel))
+        key = (method.m, gemm.rt.precision)
+        if key not in self.weights:
+            self.weights[key] = gemm.rt.upload(method.transform_kernel(self.layer.w_kernel))
+        weight = self.weights[key]
         return Built(method, self.rt.kernel(self.file, f"winograd_input{kind}", options),
                      self.rt.kernel(self.file, f"winograd_output{kind}", options), bool(kind), gemm, weight,
                      gemm.rt.storage.itemsize if stored else 4)

@@ -11,11 +11,12 @@ the finish reason (and one with the usage, if stream_options.include_usage), the
 Handlers run on the event loop and never touch the model: they check the request, tokenize it and hand a
 Generation to the scheduler, whose thread delivers the text back through a Mailbox: a step delivers a piece to
 every running generation, and the loop is woken once for all of them, at the step's end (Scheduler.delivered).
-A stream sends what has arrived for it since its last write as one write, each piece still an event of its own. A client that
-goes away, streaming or not, has its generation cancelled: the scheduler gives its blocks back before its next
-step. Every error is the API's error object: 400 for a bad request or one that can never fit, 401 without the
-API key, 404 for another model or path, 413 for a body over MAX_BODY, 429 with Retry-After when the queue is
-full, 500 if the step running the generation failed, 503 if the server shuts down before it is done.
+A stream sends what has arrived for it since its last write as one write, each piece still an event of its own.
+A client that goes away, streaming or not, has its generation cancelled: the scheduler gives its blocks back
+before its next step. Every error is the API's error object: 400 for a bad request or one that can never fit,
+401 without the API key, 404 for another model or path, 413 for a body over MAX_BODY, 429 with Retry-After when
+the queue is full, 500 if the step running the generation failed, 503 if the server shuts down before it is
+done.
 """
 
 from __future__ import annotations
