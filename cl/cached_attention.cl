@@ -13,8 +13,8 @@
 // (b, h, s) to a work-group, which walks its keys in chunks with a running softmax (the "online softmax" of
 // FlashAttention): the scores of a chunk, their maximum and sum, and the weighted values added to an
 // accumulator rescaled by exp(old maximum - new maximum). Nothing of size S x keys is ever stored: the work
-// space is a chunk of weights in local memory, whatever the context. On CPUs cached_attention_rows does the
-// same with a work-item per row, its query and accumulator in registers.
+// space is a chunk of weights in local memory, whatever the context. On CPUs cached_attention_blocks does the
+// same with a work-item per token and K/V head, block by block of a pool whose keys it stores transposed.
 
 #include "store.h"
 #include "lanes.h"
@@ -34,8 +34,15 @@ __kernel void cache_write(__global store_t* restrict cache_k, __global store_t* 
     const int head = get_global_id(1);
     const int b = head / kv_heads;
     const long from = (long)head * tokens * dim + i;
-    const long to = ((long)(head % kv_heads) * pool + slots[b * tokens + i / dim]) * dim + i % dim;
+    const int slot = slots[b * tokens + i / dim];
+    const long head_at = (long)(head % kv_heads) * pool * dim;
+    const long to = head_at + (long)slot * dim + i % dim;
+#ifdef KEYS_BY_BLOCK  // coordinate d of a block's keys side by side (cached_attention_blocks)
+    const int within = slot % KEYS_BY_BLOCK;
+    STORE(cache_k, head_at + (long)(slot - within) * dim + (i % dim) * KEYS_BY_BLOCK + within, LOAD(k, from));
+#else
     STORE(cache_k, to, LOAD(k, from));
+#endif
     STORE(cache_v, to, LOAD(v, from));
 }
 
@@ -144,70 +151,131 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
     }
 }
 
-#if defined(HEAD_DIM) && HEAD_DIM % 8 == 0
-// The CPU's kernel: one work-item per query row, built for the layer's head_dim (-DHEAD_DIM) so that the query
-// and the accumulator are HEAD_DIM / 8 float8 registers and every loop over the coordinates has a known length
-// (unrolled into vector code). The scores of a chunk of CHUNK keys wait in private memory.
+#if defined(HEAD_DIM) && HEAD_DIM % 8 == 0 && defined(QUERIES) && defined(KEYS_BY_BLOCK) && KEYS_BY_BLOCK % 8 == 0
+// The CPU's kernel: one work-item per token and K/V head, for the QUERIES query heads that share that K/V head,
+// built for the layer's head_dim (-DHEAD_DIM) so that queries and accumulators sit in float8 registers. The
+// pool's keys are stored by block, transposed (cache_write with -DKEYS_BY_BLOCK): coordinate d of a block's
+// keys lies side by side, so a block's scores are HEAD_DIM multiply-adds of whole vectors of keys, and their
+// maximum, exponentials and sum are vector operations too; only the values are read key by key, each once for
+// every query head. float8 lanes, not float16: the PoCL wheel builds float16 code for AVX2 into an empty program.
+// Every loop of known length is unrolled (#pragma unroll), so that the arrays below stay in registers (so it ran
+// in half the time on Intel's runtime).
 #define VECS (HEAD_DIM / 8)
-#define CHUNK 128
-__kernel OWN_LANES void cached_attention_rows(__global store_t* restrict out, __global const store_t* restrict q,
-                                              __global const store_t* restrict cache_k,
-                                              __global const store_t* restrict cache_v,
-                                              __global const int* restrict index, const int rows, const int heads,
-                                              const int kv_heads, const int tokens, const int pool, const int block,
-                                              const int ends, const int table_at, const int tables,
-                                              const float scale) {
-    const int row = get_global_id(0);
-    if (row >= rows) {
+#define KEY_VECS (KEYS_BY_BLOCK / 8)
+
+inline float largest8(const float8 x) {
+    const float4 a = x.lo > x.hi ? x.lo : x.hi;
+    const float2 b = a.lo > a.hi ? a.lo : a.hi;
+    return b.x > b.y ? b.x : b.y;
+}
+
+inline float sum8(const float8 x) {
+    const float4 a = x.lo + x.hi;
+    return (a.x + a.y) + (a.z + a.w);
+}
+
+__kernel OWN_LANES void cached_attention_blocks(__global store_t* restrict out, __global const store_t* restrict q,
+                                                __global const store_t* restrict cache_k,
+                                                __global const store_t* restrict cache_v,
+                                                __global const int* restrict index, const int items,
+                                                const int heads, const int kv_heads, const int tokens,
+                                                const int pool, const int ends, const int table_at,
+                                                const int tables, const float scale) {
+    const int item = get_global_id(0);  // (b, kv, s)
+    if (item >= items) {
         return;
     }
-    const int bh = row / tokens;
-    const int token = (bh / heads) * tokens + row % tokens;
-    const int kv = (bh % heads) / (heads / kv_heads);
+    const int bkv = item / tokens;
+    const int b = bkv / kv_heads;
+    const int kv = bkv % kv_heads;
+    const int token = b * tokens + item % tokens;
     const long head_at = (long)kv * pool * HEAD_DIM;
     __global const int* table = index + tables + index[table_at + token];
-    const long at = (long)row * HEAD_DIM;
     const int keys = index[ends + token];
-    float8 query[VECS], acc[VECS];
-    for (int c = 0; c < VECS; ++c) {
-        query[c] = LOAD8(q, at + 8 * c) * scale;
-        acc[c] = 0.0f;
-    }
-    float scores[CHUNK];
-    float m = -INFINITY, sum = 0.0f;
-    for (int first = 0; first < keys; first += CHUNK) {
-        const int n = min(CHUNK, keys - first);
-        float top = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-            const long k_at = key_at(table, block, head_at, first + j, HEAD_DIM);
-            float8 s8 = 0.0f;
-            for (int c = 0; c < VECS; ++c) {
-                s8 += query[c] * LOAD8(cache_k, k_at + 8 * c);
-            }
-            const float4 s4 = s8.lo + s8.hi;
-            const float score = (s4.x + s4.y) + (s4.z + s4.w);
-            scores[j] = score;
-            top = score > top ? score : top;
+    // query head kv * QUERIES + g of token (b, s) is row (b * heads + kv * QUERIES + g) * tokens + s
+    const long first_row = ((long)b * heads + kv * QUERIES) * tokens + item % tokens;
+    float query[QUERIES][HEAD_DIM];
+    float8 acc[QUERIES][VECS];
+    float m[QUERIES], sum[QUERIES];
+    #pragma unroll
+    for (int g = 0; g < QUERIES; ++g) {
+        #pragma unroll
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            query[g][d] = LOAD(q, (first_row + (long)g * tokens) * HEAD_DIM + d) * scale;
         }
-        const float next = top > m ? top : m;
-        const float rescale = exp_fit(m - next);
+        #pragma unroll
         for (int c = 0; c < VECS; ++c) {
-            acc[c] *= rescale;
+            acc[g][c] = 0.0f;
         }
-        float part = 0.0f;
-        for (int j = 0; j < n; ++j) {
-            const float e = exp_fit(scores[j] - next);
-            part += e;
-            const long v_at = key_at(table, block, head_at, first + j, HEAD_DIM);
-            for (int c = 0; c < VECS; ++c) {
-                acc[c] += e * LOAD8(cache_v, v_at + 8 * c);
+        m[g] = -INFINITY;
+        sum[g] = 0.0f;
+    }
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    float weights[QUERIES][KEYS_BY_BLOCK];
+    for (int first = 0; first < keys; first += KEYS_BY_BLOCK) {
+        const long block_at = head_at + (long)table[first / KEYS_BY_BLOCK] * KEYS_BY_BLOCK * HEAD_DIM;
+        float8 scores[QUERIES][KEY_VECS];
+        #pragma unroll
+        for (int g = 0; g < QUERIES; ++g) {
+            #pragma unroll
+            for (int h = 0; h < KEY_VECS; ++h) {
+                scores[g][h] = 0.0f;
             }
         }
-        sum = sum * rescale + part;
-        m = next;
+        #pragma unroll
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            #pragma unroll
+            for (int h = 0; h < KEY_VECS; ++h) {
+                const float8 k = LOAD8(cache_k, block_at + d * KEYS_BY_BLOCK + 8 * h);
+                #pragma unroll
+                for (int g = 0; g < QUERIES; ++g) {
+                    scores[g][h] += query[g][d] * k;
+                }
+            }
+        }
+        const int n = min(KEYS_BY_BLOCK, keys - first);
+        #pragma unroll
+        for (int g = 0; g < QUERIES; ++g) {
+            float top = -INFINITY;
+            #pragma unroll
+            for (int h = 0; h < KEY_VECS; ++h) {
+                scores[g][h] = lane + 8 * h < n ? scores[g][h] : -INFINITY;  // past the last key: weight 0
+                const float largest = largest8(scores[g][h]);
+                top = largest > top ? largest : top;
+            }
+            const float next = top > m[g] ? top : m[g];
+            const float rescale = exp_fit(m[g] - next);
+            float part = 0.0f;
+            #pragma unroll
+            for (int h = 0; h < KEY_VECS; ++h) {
+                const float8 w = exp_fit8(scores[g][h] - next);
+                vstore8(w, h, weights[g]);
+                part += sum8(w);
+            }
+            sum[g] = sum[g] * rescale + part;
+            m[g] = next;
+            #pragma unroll
+            for (int c = 0; c < VECS; ++c) {
+                acc[g][c] *= rescale;
+            }
+        }
+        for (int j = 0; j < n; ++j) {
+            #pragma unroll
+            for (int c = 0; c < VECS; ++c) {
+                const float8 v = LOAD8(cache_v, block_at + j * HEAD_DIM + 8 * c);
+                #pragma unroll
+                for (int g = 0; g < QUERIES; ++g) {
+                    acc[g][c] += weights[g][j] * v;
+                }
+            }
+        }
     }
-    for (int c = 0; c < VECS; ++c) {
-        STORE8(out, at + 8 * c, acc[c] / sum);
+    #pragma unroll
+    for (int g = 0; g < QUERIES; ++g) {
+        #pragma unroll
+        for (int c = 0; c < VECS; ++c) {
+            STORE8(out, (first_row + (long)g * tokens) * HEAD_DIM + 8 * c, acc[g][c] / sum[g]);
+        }
     }
 }
 #endif

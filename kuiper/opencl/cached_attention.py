@@ -10,9 +10,11 @@ never copied to the host. Each forward enqueues two kernels of cl/cached_attenti
                      sequence's block table, one work-group a row, keys in chunks with a running softmax: no
                      scores array, whatever the context
 
-On CPUs the second is cached_attention_rows instead: one work-item a row, built for the layer's head_dim so that
-the query and the accumulator sit in float8 registers, and launched in work-groups of one so that the driver
-spreads the rows over the cores (a decode step has only num_heads of them per sequence).
+On CPUs the second is cached_attention_blocks instead: one work-item a token and K/V head, for the query heads
+that share it, built for the layer's head_dim so that queries and accumulators sit in float8 registers, and
+launched in work-groups of one so that the driver spreads them over the cores. There the pool holds each block's
+keys transposed, a coordinate of its BLOCK_SIZE keys side by side, so that a block's scores are whole-vector
+multiply-adds (cache_write stores them so); the values keep the rows layout.
 
 The page layout is the reference's (kuiper/layers/pages.py), worked out on the host: its slots, ends and block
 tables go to the device as one int32 buffer. The layer's own layout (no model's) checks the positions, read back
@@ -45,8 +47,9 @@ from kuiper.opencl.registry import opencl
 from kuiper.opencl.replay import stale_recordings
 from kuiper.opencl.runtime import DeviceTensor, round_up
 
-#: keys a work-group of one scores before it folds them into its accumulator (cached_attention_rows: CHUNK):
-#: the accumulator is rescaled once per chunk, so longer chunks rescale less; a chunk must fit in local memory
+#: keys a work-group of one scores before it folds them into its accumulator (the general kernel on a CPU, for a
+#: head_dim not a multiple of 8): the accumulator is rescaled once per chunk, so longer chunks rescale less; a chunk
+#: must fit in local memory
 CPU_CHUNK = 128
 
 
@@ -101,10 +104,15 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         import pyopencl as cl
 
         self.cl_runtime, self.pool, self.filled = rt, None, 0
-        self.cl_write = rt.kernel("cached_attention.cl", "cache_write")
         self.cl_attend = rt.kernel("cached_attention.cl", "cached_attention")
-        self.cl_rows = rt.kernel("cached_attention.cl", "cached_attention_rows", [f"-DHEAD_DIM={self.head_dim}"]) \
-            if rt.is_cpu and self.head_dim % 8 == 0 else None
+        # a coordinate of a block's keys is whole float8 vectors: blocks of a multiple of 8 slots
+        self.cl_blocks = None
+        by_block = []
+        if rt.is_cpu and self.head_dim % 8 == 0 and BLOCK_SIZE % 8 == 0:
+            by_block = [f"-DKEYS_BY_BLOCK={BLOCK_SIZE}"]
+            self.cl_blocks = rt.kernel("cached_attention.cl", "cached_attention_blocks", [
+                f"-DHEAD_DIM={self.head_dim}", f"-DQUERIES={self.num_heads // self.num_kv_heads}", *by_block])
+        self.cl_write = rt.kernel("cached_attention.cl", "cache_write", by_block)
         limit = min(GROUP_SIZE, rt.device.max_work_group_size, self.cl_attend.get_work_group_info(
             cl.kernel_work_group_info.WORK_GROUP_SIZE, rt.device))
         # a power of two, as the group's reductions halve it; one work-item on CPUs, a core walking its row alone
@@ -147,9 +155,10 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         scale = float(np.float32(1 / math.sqrt(dim)))
         rows = batch * self.num_heads * tokens
         common = (self.cl_slots, BLOCK_SIZE, ends, table_at, tables, scale)
-        if self.cl_rows is not None:
-            q.run(self.cl_rows, (rows,), (1,), out.buffer, query.buffer, cache_k, cache_v, index, rows,
-                  self.num_heads, self.num_kv_heads, tokens, *common)
+        if self.cl_blocks is not None:
+            items = batch * self.num_kv_heads * tokens
+            q.run(self.cl_blocks, (items,), (1,), out.buffer, query.buffer, cache_k, cache_v, index, items,
+                  self.num_heads, self.num_kv_heads, tokens, self.cl_slots, ends, table_at, tables, scale)
             return
         # a group no larger than the row needs: at most one work-item per key or coordinate (replayed: any row)
         longest = self.max_positions if self.replayable else int(layout.positions.max()) + 1
@@ -176,6 +185,8 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         if self.pool is None:
             return None
         rt = self.cl_runtime
-        shape = (self.num_kv_heads, self.cl_slots, self.head_dim)
-        return tuple(self.as_rows(DeviceTensor(rt, buffer, shape, rt.stored(np.float32)).numpy())[:, :, :self.filled]
-                     .astype(np.float32) for buffer in self.pool)
+        heads, slots, dim = self.num_kv_heads, self.cl_slots, self.head_dim
+        pools = [DeviceTensor(rt, buffer, (heads, slots, dim), rt.stored(np.float32)).numpy() for buffer in self.pool]
+        if self.cl_blocks is not None:  # the keys by block, transposed
+            pools[0] = pools[0].reshape(heads, -1, dim, BLOCK_SIZE).transpose(0, 1, 3, 2).reshape(heads, slots, dim)
+        return tuple(self.as_rows(pool)[:, :, :self.filled].astype(np.float32) for pool in pools)
