@@ -8,11 +8,12 @@ operand that way.
 Two kernels compute it (see cl/gemm.cl), each in several block or tile sizes. Every (kernel, size) pair is a
 variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.rule` or by measurement.
 
-* "cpu 6xNB" runs `gemm_cpu`: no local memory, register blocks of MB x NB outputs in float16 vectors.
+* "cpu MBxNB" runs `gemm_cpu`: no local memory, register blocks of MB x NB outputs in float16 vectors.
   PoCL runs a work-group's work-items in a loop on one core, dimension 0 innermost, so the host sizes
   work-groups as cache blocks: their work-items share the same columns of B while those are in the core's
   cache, and walk down the rows of A. The rule gives CPUs (`rt.is_cpu`) the widest block the product fills
-  among those the compiler's vector registers hold (`Gemm.cpu_blocks`).
+  among those the compiler's vector registers hold (`Gemm.cpu_blocks`), 6 rows tall, or for a plain product
+  of few rows 4 or 2 (`Gemm.cpu_rows`).
 * "cpu 6xNB taps", for a convolution on CPUs, runs `gemm_cpu` on the input itself: cl/conv.cl's pad_planes
   first writes the input with its padding and its rows and columns split by the stride, where every row of
   im2col's matrix that one block of outputs reads is NB consecutive floats at an offset of its own (the `taps`
@@ -63,6 +64,13 @@ from kuiper.core.variants import Variant, Variants
 
 #: gemm_cpu's register block: MB rows by NV vectors of VN columns
 CPU_ROWS = 6
+#: ... or, for a plain product (no convolution's), these fewer rows: a block computes all its rows, so 16 rows in
+#: blocks of 6 compute 18 and one row computes 6, while the time follows the rows computed (a decode step's
+#: Linears, docs/tuning.md). The rule takes the height of least cost (`Gemm.cpu_rows`).
+SHORT_ROWS = (4, 2)
+#: a block's cost beside its rows, in rows (loads of B and the launch of its work-item): weighed against the rows
+#: a taller block computes in vain, it keeps 6 where 4 saves little (64 rows: 66 computed, 11 blocks against 16)
+ROW_BLOCK_COST = 1
 #: (columns per block, NV, VN) from widest to narrowest; a product narrower than a block uses the next.
 #: LLVM splits a float16 into two 256-bit halves on x86, so 6 x 32 keeps its 24 accumulators in registers only
 #: where the compiler targets AVX-512 (32 vector registers); with AVX2's 16 it spills, and the rule takes
@@ -221,8 +229,8 @@ def mma_name(tile: tuple) -> str:
     return "mma {}x{}".format(*mma_dims(tile))
 
 
-def cpu_name(width: int, taps: bool = False) -> str:
-    return f"cpu {CPU_ROWS}x{width}" + (" taps" if taps else "")
+def cpu_name(width: int, taps: bool = False, rows: int = CPU_ROWS) -> str:
+    return f"cpu {rows}x{width}" + (" taps" if taps else "")
 
 
 def gpu_name(tile: tuple) -> str:
@@ -230,8 +238,8 @@ def gpu_name(tile: tuple) -> str:
 
 
 class Gemm:
-    """The GEMM variants one layer uses on one runtime, by name in `variants`: "cpu 6xNB" for each block of
-    CPU_BLOCKS and "gpu TMxTN" for each tile configuration of GPU_TILES, their kernels built on first use.
+    """The GEMM variants one layer uses on one runtime, by name in `variants`: "cpu MBxNB" for each block of
+    CPU_BLOCKS (MB = CPU_ROWS, and SHORT_ROWS where there is no kernel_size) and "gpu TMxTN" for each tile configuration of GPU_TILES, their kernels built on first use.
     `variant` "cpu" or "gpu" keeps one family (tests run the GPU kernel on PoCL too: it must be right
     everywhere, only slower there); None keeps both, and the rule takes the device's.
 
@@ -248,9 +256,11 @@ class Gemm:
         self.epilogue = epilogue
         self._split_kernels = {}  # tile -> gemm_gpu built for split-K, on first need
         self._sum_kernel = None
-        cpu = [Variant(cpu_name(block[0], taps), partial(self._cpu_kernel, block, taps),
-                       partial(self._cpu_launch, block[0]))
-               for taps in ((False, True) if kernel_size is not None else (False,)) for block in CPU_BLOCKS]
+        self.heights = (CPU_ROWS,) if kernel_size is not None else (CPU_ROWS, *SHORT_ROWS)
+        cpu = [Variant(cpu_name(block[0], taps, rows), partial(self._cpu_kernel, rows, block, taps),
+                       partial(self._cpu_launch, rows, block[0]))
+               for taps in ((False, True) if kernel_size is not None else (False,)) for rows in self.heights
+               for block in CPU_BLOCKS]
         gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
                for tile in GPU_TILES]
         # a variant's kernels by the copies the operands allow (_mma_launch), built on first need
@@ -314,7 +324,12 @@ class Gemm:
                         for width, *_ in self.cpu_blocks if TAPS_MIN_BLOCK <= width <= row}
             fewest = min(computed.values())
             return cpu_name(max(w for w, columns in computed.items() if columns <= fewest * (1 + TAPS_SLACK)), True)
-        return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n))
+        return cpu_name(next(block[0] for block in self.cpu_blocks if block[0] <= n), rows=self.cpu_rows(m))
+
+    def cpu_rows(self, m: int) -> int:
+        """gemm_cpu's rows a block for a product of m rows: the height whose blocks cost least (ROW_BLOCK_COST),
+        the taller of two that cost the same."""
+        return min(self.heights, key=lambda rows: (-(-m // rows) * (rows + ROW_BLOCK_COST), -rows))
 
     @property
     def cpu_blocks(self) -> tuple:
@@ -333,8 +348,9 @@ class Gemm:
         """The variants able to compute products n columns wide, of a convolution's output rows `row` pixels wide
         (0: none for the taps variants): gemm_cpu's blocks no wider (the kernel needs N, or a row, >= its block)
         and the tiles the device runs."""
-        cpu = [cpu_name(block[0], taps) for taps, width in ((False, n), (True, row if self.taps else 0))
-               for block in CPU_BLOCKS if block[0] <= width] if self.family != "gpu" else []
+        cpu = [cpu_name(block[0], taps, rows) for taps, width in ((False, n), (True, row if self.taps else 0))
+               for rows in (self.heights if not taps else (CPU_ROWS,)) for block in CPU_BLOCKS
+               if block[0] <= width] if self.family != "gpu" else []
         gpu = [gpu_name(tile) for tile in self.tiles] + self.mma if self.family != "cpu" else []
         return cpu + gpu + ([GEMV] if self.family != "cpu" and self.gemv and self.gemv.runs else [])
 
@@ -360,9 +376,9 @@ class Gemm:
         return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------
-    def _cpu_kernel(self, block, taps: bool):
+    def _cpu_kernel(self, rows: int, block, taps: bool):
         _, nv, vn = block
-        return self.rt.kernel("gemm.cl", "gemm_cpu", [f"-DMB={CPU_ROWS}", f"-DNV={nv}", f"-DVN={vn}",
+        return self.rt.kernel("gemm.cl", "gemm_cpu", [f"-DMB={rows}", f"-DNV={nv}", f"-DVN={vn}",
                                                       *(["-DTAPS"] if taps else []), *self.epilogue.options])
 
     def _gpu_kernel(self, tile, split: bool = False):
@@ -405,9 +421,9 @@ class Gemm:
         variant = variant or self.variants[self.rule(m, n, stack)]
         return variant(q, m, n, stack, args, image)
 
-    def _cpu_launch(self, width: int, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
+    def _cpu_launch(self, rows: int, width: int, q, kernel, m: int, n: int, stack: int, args: tuple, image: tuple):
         # a taps variant's blocks: those of each row (image[1] rows of image[2] columns)
-        blocks = (image[1] * -(-image[2] // width) if image else -(-n // width), -(-m // CPU_ROWS))
+        blocks = (image[1] * -(-image[2] // width) if image else -(-n // width), -(-m // rows))
         local = self._cpu_group(*blocks, stack)
         return q.run(kernel, (round_up(blocks[0], local[0]), round_up(blocks[1], local[1]), stack), (*local, 1),
                      *args, *image)

@@ -67,6 +67,20 @@ def test_bias_per_row_and_column_with_padded_rows(cl_runtime, variant, m, n, k):
     assert_close(gemm_on_device(cl_runtime, variant, a, b, columns, COLUMN_BIAS, pad=3), exact + columns)
 
 
+@pytest.mark.parametrize("rows", gemm_module.SHORT_ROWS)
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 13, 16, 30])
+def test_short_row_blocks_against_numpy(cl_runtime, rows, m):
+    """The shorter blocks of a plain product of few rows (a decode step's Linear): rows that are not a multiple
+    of the block, columns past the last whole block, a bias per column."""
+    gemm = Gemm(cl_runtime, "cpu")
+    for n in (35, 70):
+        width = next(block[0] for block in gemm.cpu_blocks if block[0] <= n)
+        a, b = RNG.standard_normal((m, 40), dtype=np.float32), RNG.standard_normal((40, n), dtype=np.float32)
+        bias = RNG.standard_normal(n, dtype=np.float32)
+        got = gemm_on_device(cl_runtime, None, a, b, bias, COLUMN_BIAS, pad=1, name=f"cpu {rows}x{width}")
+        assert_close(got, a.astype(np.float64) @ b + bias)
+
+
 @pytest.mark.parametrize("variant, k", [("cpu", 23), ("gpu", 23), ("gpu", 600)])
 def test_stack_of_groups_and_items(cl_runtime, variant, k, monkeypatch):
     """The convolution layout: C[item, g] = A[g] @ B[item, g] + bias[g], with A shared by the items and
@@ -100,8 +114,10 @@ def test_every_block_and_tile_size_that_fits(cl_runtime):
     bias = RNG.standard_normal(m, dtype=np.float32)
     gemm = Gemm(cl_runtime)
     names = gemm.candidates(n)
-    assert [name for name in names if name.startswith("cpu")] == ["cpu 6x32", "cpu 6x16", "cpu 6x4", "cpu 6x1"]
-    assert gemm.candidates(5) == ["cpu 6x4", "cpu 6x1"] + names[4:]  # gemm_cpu needs N >= its block
+    assert [name for name in names if name.startswith("cpu")] == [f"cpu {rows}x{width}" for rows in (6, 4, 2)
+                                                                   for width in (32, 16, 4, 1)]
+    # gemm_cpu needs N >= its block
+    assert gemm.candidates(5) == [f"cpu {rows}x{width}" for rows in (6, 4, 2) for width in (4, 1)] + names[12:]
     for name in names:
         got = gemm_on_device(cl_runtime, None, a, b, bias, ROW_BIAS, pad=2, name=name)
         assert_close(got, a.astype(np.float64) @ b + bias[:, None])
@@ -112,6 +128,9 @@ def test_the_rule_follows_the_device_and_the_product(cl_runtime):
     if cl_runtime.is_cpu:
         widest = "cpu 6x32" if gemm.cpu_blocks[0][0] == 32 else "cpu 6x16"  # by the compiler's target (below)
         assert [gemm.rule(64, n, 1) for n in (1, 3, 17, 32, 1000)] == ["cpu 6x1", "cpu 6x1", "cpu 6x16", widest, widest]
+        # fewer rows: the block height whose blocks cost least, rows computed in vain counted
+        assert [gemm.rule(m, 1000, 1) for m in (1, 3, 8, 16, 24, 32, 192)] == [
+            f"cpu {rows}x{gemm.cpu_blocks[0][0]}" for rows in (2, 4, 4, 4, 6, 4, 6)]
     on_gpus = Gemm(cl_runtime, "gpu")
     assert on_gpus.rule(GEMV_MAX_ROWS, 1, 1) == GEMV  # few rows: gemv streams B
     assert on_gpus.rule(GEMV_MAX_ROWS + 1, 1, 1) == f"gpu {gemm.tiles[-1][0]}x{gemm.tiles[-1][1]}"  # the smallest
@@ -188,6 +207,7 @@ def epilogue_steps(activation):
 # split or not, runs the scalar epilogue, whose formulas test_activations_opencl.py checks element by element.
 EPILOGUE_CASES = [(f"cpu 6x{width}", False, act) for width in (32, 16, 4, 1)
                   for act in (None, "nn.LeakyReLU", "nn.SiLU", "nn.GELU", "nn.Tanh")]
+EPILOGUE_CASES += [(f"cpu {rows}x{width}", False, act) for rows, width in ((4, 32), (2, 16)) for act in (None, "nn.SiLU")]
 EPILOGUE_CASES += [("gpu", split, act) for split in (False, True) for act in (None, "nn.LeakyReLU", "nn.GELU")]
 
 
