@@ -239,9 +239,9 @@ def gpu_name(tile: tuple) -> str:
 
 class Gemm:
     """The GEMM variants one layer uses on one runtime, by name in `variants`: "cpu MBxNB" for each block of
-    CPU_BLOCKS (MB = CPU_ROWS, and SHORT_ROWS where there is no kernel_size) and "gpu TMxTN" for each tile configuration of GPU_TILES, their kernels built on first use.
-    `variant` "cpu" or "gpu" keeps one family (tests run the GPU kernel on PoCL too: it must be right
-    everywhere, only slower there); None keeps both, and the rule takes the device's.
+    CPU_BLOCKS (MB = CPU_ROWS, also SHORT_ROWS without a kernel_size) and "gpu TMxTN" for each tile of GPU_TILES,
+    their kernels built on first use. `variant` "cpu" or "gpu" keeps one family (tests run the GPU kernel on
+    PoCL too: it must be right everywhere, only slower there); None keeps both, and the rule takes the device's.
 
     With a convolution's `kernel_size` (kh, kw), the GPU variants are built for implicit im2col (the set
     `implicit`): B is then the stack of input images and each call passes the convolution's `image` geometry.
