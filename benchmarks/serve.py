@@ -5,9 +5,9 @@ time, prompts and output lengths mixed.
                                [--max-batch 16] [--max-tokens-in-flight 4096] [--max-queue 64] [--json FILE]
 
 The server runs as `kuiper serve` in a process of its own, so that its resident memory (VmRSS, read from /proc
-every second) is the server's alone. Each client is a thread here speaking raw HTTP (http.client), streaming, so
-that the time to the first token is seen; the output tokens are those the server counts (stream_options
-include_usage). Requests are greedy, their prompts cut from a fixed text at 4 to 100 words, max_tokens drawn
+every second) is the server's alone. Each client is a thread here speaking raw HTTP (http.client) on one
+kept-alive connection, streaming, so that the time to the first token is seen; the output tokens are those the
+server counts (stream_options include_usage). Requests are greedy, their prompts cut from a fixed text at 4 to 100 words, max_tokens drawn
 from 8 to 96, from one seeded generator per client: every run asks the same. Reported per client count:
 requests/s, output tokens/s, time to first token and latency (p50, p99), errors (a status other than 200, or a
 broken stream), and the server's RSS at the start and end of the run and at its largest. The backend is
@@ -18,6 +18,7 @@ broken stream), and the server's RSS at the start and end of the run and at its 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -62,40 +63,38 @@ def percentile(values: list, p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def one_request(port: int, prompt: str, max_tokens: int) -> tuple:
-    """(time to first token, latency, output tokens) of one streamed completion; raises on any failure."""
+def one_request(connection: http.client.HTTPConnection, prompt: str, max_tokens: int) -> tuple:
+    """(time to first token, latency, output tokens) of one streamed completion on a kept-alive connection, as
+    the openai client keeps its connections; raises on any failure."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
                        "stream_options": {"include_usage": True}})
     started = time.perf_counter()
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    try:
-        connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        reply = connection.getresponse()
-        if reply.status != 200:
-            raise RuntimeError(f"status {reply.status}: {reply.read()[:200]!r}")
-        first, tokens, done, pending = None, None, False, b""
-        # whatever has arrived, split into events: reading line by line through the chunked decoding costs the
-        # clients, which share the server's cores, several times as much Python
-        while not done:
-            arrived = reply.read1(1 << 16)
-            if not arrived:
-                break
-            *events, pending = (pending + arrived).split(b"\n\n")
-            for event in events:
-                data = event[6:] if event.startswith(b"data: ") else None
-                if data == b"[DONE]":
-                    done = True
-                elif data is not None and (first is None or b'"usage"' in data):  # the rest are only counted
-                    parsed = json.loads(data)
-                    if parsed.get("choices") and parsed["choices"][0]["text"] and first is None:
-                        first = time.perf_counter() - started
-                    if parsed.get("usage"):
-                        tokens = parsed["usage"]["completion_tokens"]
-        if not done or tokens is None:
-            raise RuntimeError("the stream ended early")
-        return first if first is not None else time.perf_counter() - started, time.perf_counter() - started, tokens
-    finally:
-        connection.close()
+    connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    reply = connection.getresponse()
+    if reply.status != 200:
+        raise RuntimeError(f"status {reply.status}: {reply.read()[:200]!r}")
+    first, tokens, done, pending = None, None, False, b""
+    # whatever has arrived, split into events: reading line by line through the chunked decoding costs the
+    # clients, which share the server's cores, several times as much Python
+    while not done:
+        arrived = reply.read1(1 << 16)
+        if not arrived:
+            break
+        *events, pending = (pending + arrived).split(b"\n\n")
+        for event in events:
+            data = event[6:] if event.startswith(b"data: ") else None
+            if data == b"[DONE]":
+                done = True
+            elif data is not None and (first is None or b'"usage"' in data):  # the rest are only counted
+                parsed = json.loads(data)
+                if parsed.get("choices") and parsed["choices"][0]["text"] and first is None:
+                    first = time.perf_counter() - started
+                if parsed.get("usage"):
+                    tokens = parsed["usage"]["completion_tokens"]
+    if not done or tokens is None:
+        raise RuntimeError("the stream ended early")
+    reply.read()  # the chunked body's end: the connection is then free for the next request
+    return first if first is not None else time.perf_counter() - started, time.perf_counter() - started, tokens
 
 
 def run_clients(port: int, clients: int, seconds: float, pid: int) -> dict:
@@ -104,16 +103,20 @@ def run_clients(port: int, clients: int, seconds: float, pid: int) -> dict:
 
     def client(index: int) -> None:
         rng = random.Random(index)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         while time.perf_counter() < stop:
             words = rng.randint(4, 100)
             start = rng.randrange(len(WORDS) - words)
             try:
-                result = one_request(port, " ".join(WORDS[start:start + words]), rng.randint(8, 96))
+                result = one_request(connection, " ".join(WORDS[start:start + words]), rng.randint(8, 96))
                 with lock:
                     results.append(result)
             except Exception as e:  # noqa: BLE001 (counted and shown, the benchmark goes on)
                 with lock:
                     errors.append(f"{type(e).__name__}: {e}")
+                connection.close()  # a new connection for the next request
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        connection.close()
 
     rss = [rss_bytes(pid)]
     began = time.perf_counter()
@@ -162,9 +165,10 @@ def main() -> None:
         waited = time.monotonic() + 120
         while True:
             try:
-                one_request(port, "Good morrow", 4)  # ready, and warm
+                with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=300)) as connection:
+                    one_request(connection, "Good morrow", 4)  # ready, and warm
                 break
-            except (OSError, RuntimeError):
+            except (OSError, RuntimeError, http.client.HTTPException):
                 if server.poll() is not None or time.monotonic() > waited:
                     reader.join(5)
                     raise SystemExit(f"the server did not start: {''.join(said)}")
