@@ -7,8 +7,9 @@ time, prompts and output lengths mixed.
 The server runs as `kuiper serve` in a process of its own, so that its resident memory (VmRSS, read from /proc
 every second) is the server's alone. Each client is a thread here speaking raw HTTP (http.client) on one
 kept-alive connection, streaming, so that the time to the first token is seen; the output tokens are those the
-server counts (stream_options include_usage). Requests are greedy, their prompts cut from a fixed text at 4 to 100 words, max_tokens drawn
-from 8 to 96, from one seeded generator per client: every run asks the same. Reported per client count:
+server counts (stream_options include_usage). Requests are greedy, their prompts cut from a fixed text at 4 to
+100 words, max_tokens drawn from 8 to 96, from one seeded generator per client: every run asks the same. Reported
+per client count:
 requests/s, output tokens/s, time to first token and latency (p50, p99), errors (a status other than 200, or a
 broken stream), and the server's RSS at the start and end of the run and at its largest. The backend is
 `kuiper serve`'s default unless --backend says otherwise, and the output names what the server ran on (its
