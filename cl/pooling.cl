@@ -82,18 +82,46 @@ __kernel void max_pool2d(WINDOW_ARGS, const int dilation_h, const int dilation_w
 #undef MAX_AT
 }
 
-// max_pool2d on CPUs, for one window built in (-DKH, -DKW, -DSH, -DSW, -DDH, -DDW): work-item (oy, z) computes
+// Pooling on CPUs, for one window built in (-DKH, -DKW, -DSH, -DSW, -DDH, -DDW): work-item (oy, z) computes
 // output row oy of plane z, eight outputs at a time in the lanes of a float8. A row of taps reads the SPAN
 // input columns the eight windows cover into registers (straight loads where they all lie inside the row),
-// and each tap column is one vector max of lanes SW apart. max_pool2d merged across rows gathers each tap,
-// and is slower on every CPU driver (docs/tuning.md). Global size (out_h, planes).
+// and each tap column is one vector operation on lanes SW apart. The window kernels merged across rows gather
+// each tap, and are slower on every CPU driver (docs/tuning.md). Global size (out_h, planes).
+// Maximum by default; with -DAVG the average, its divisor -DDIVISOR (0: none) or else the window's positions
+// as avg_pool2d counts them (-DCOUNT_PAD: those in the padding too). Its sums are numpy's: each row's taps in
+// order from 0, then the rows, a tap in the padding adding 0 (numpy skips it: the same sum).
 #ifdef KW
 #define LANES 8
 #define SPAN ((LANES - 1) * SW + (KW - 1) * DW + 1)
+#ifdef AVG
+#define START 0.0f
+#define COMBINE(a, v) ((a) + (v))
+#else
+#define START (-INFINITY)
+#define COMBINE(a, v) select((a), (v), ((v) > (a)) | ((v) != (v)))  // takes_over, lane by lane
+#endif
 
-__kernel OWN_LANES void max_pool2d_rows(__global store_t* restrict y, __global const store_t* restrict x,
-                              const int height, const int width, const int out_h, const int out_w,
-                              const int pad_h, const int pad_w) {
+#ifdef AVG
+// the divisors of outputs ox .. ox + 7 of row oy
+inline float8 divisors(int oy, int ox, int height, int width, int pad_h, int pad_w) {
+#if DIVISOR
+    return (float8)DIVISOR;
+#else
+    const int top = oy * SH - pad_h;
+    const int bottom = min(top + KH, height + pad_h);
+    const int rows = COUNT_PAD ? bottom - top : min(bottom, height) - max(top, 0);
+    const int8 left = (int8)(ox * SW - pad_w) + (int8)(0, 1, 2, 3, 4, 5, 6, 7) * SW;
+    const int8 ends = left + KW;
+    const int8 right = ends < width + pad_w ? ends : (int8)(width + pad_w);
+    const int8 cols = COUNT_PAD ? right - left : (right < width ? right : (int8)width) - (left > 0 ? left : (int8)0);
+    return convert_float8(rows * cols);
+#endif
+}
+#endif
+
+__kernel OWN_LANES void pool2d_rows(__global store_t* restrict y, __global const store_t* restrict x,
+                                    const int height, const int width, const int out_h, const int out_w,
+                                    const int pad_h, const int pad_w) {
     const int oy = get_global_id(0);
     const long z = get_global_id(1);
     const __global store_t* plane = x + z * height * width;
@@ -101,29 +129,34 @@ __kernel OWN_LANES void max_pool2d_rows(__global store_t* restrict y, __global c
     for (int ox = 0; ox < out_w; ox += LANES) {
         const int left = ox * SW - pad_w;
         const bool inside = left >= 0 && left + SPAN <= width;
-        float8 best = -INFINITY;
+        float8 total = START;
         #pragma unroll
         for (int kh = 0; kh < KH; ++kh) {
             const int h = oy * SH - pad_h + kh * DH;
             if (h < 0 || h >= height) continue;
             const __global store_t* row = plane + h * width;
-            float r[SPAN];  // the row's columns left .. left + SPAN - 1, -inf outside it (a tap in the padding)
+            float r[SPAN];  // the row's columns left .. left + SPAN - 1, START outside it (a tap in the padding)
             if (inside) {
                 #pragma unroll
                 for (int j = 0; j < SPAN; ++j) r[j] = LOAD(row, left + j);
             } else {
                 #pragma unroll
-                for (int j = 0; j < SPAN; ++j) r[j] = left + j >= 0 && left + j < width ? LOAD(row, left + j) : -INFINITY;
+                for (int j = 0; j < SPAN; ++j) r[j] = left + j >= 0 && left + j < width ? LOAD(row, left + j) : START;
             }
+            float8 taps = START;
             #pragma unroll
             for (int kw = 0; kw < KW; ++kw) {
                 const float8 v = (float8)(r[kw * DW], r[kw * DW + SW], r[kw * DW + 2 * SW], r[kw * DW + 3 * SW],
                                           r[kw * DW + 4 * SW], r[kw * DW + 5 * SW], r[kw * DW + 6 * SW],
                                           r[kw * DW + 7 * SW]);
-                best = select(best, v, (v > best) | (v != v));  // takes_over, lane by lane
+                taps = COMBINE(taps, v);
             }
+            total = COMBINE(total, taps);
         }
-        union { float8 v; float s[LANES]; } lanes = {best};
+#ifdef AVG
+        total = total / divisors(oy, ox, height, width, pad_h, pad_w);
+#endif
+        union { float8 v; float s[LANES]; } lanes = {total};
         if (ox + LANES <= out_w) {
             #pragma unroll
             for (int l = 0; l < LANES; ++l) STORE(out, ox + l, lanes.s[l]);

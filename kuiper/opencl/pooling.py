@@ -4,9 +4,10 @@ their windows, with the same rules: padding never read, counted only in average 
 
 - max_pool2d, avg_pool2d: on GPUs a work-item per output, so that neighbouring work-items write neighbouring
   addresses; on CPUs a work-item per output row, which spares the division per output PoCL runs slowly.
-- max_pool2d_rows (max pooling on CPUs): the window compiled in (-DKH, -DKW, strides, dilations), a work-item
-  computes the outputs of a row ROW_LANES at a time in the lanes of a vector, holding the input columns they
-  read in registers. Windows too wide for that (more than MAX_ROW_SPAN columns) take max_pool2d."""
+- pool2d_rows (both on CPUs): the window compiled in (-DKH, -DKW, strides, dilations; -DAVG and the divisor's
+  rule for average pooling), a work-item computes the outputs of a row ROW_LANES at a time in the lanes of a
+  vector, holding the input columns they read in registers. Windows too wide for that (more than MAX_ROW_SPAN
+  columns) take max_pool2d or avg_pool2d."""
 
 from __future__ import annotations
 
@@ -15,29 +16,46 @@ from kuiper.opencl.layer import OpenCLLayer
 from kuiper.opencl.registry import opencl
 from kuiper.opencl.runtime import round_up
 
-#: outputs of a row max_pool2d_rows computes together (LANES in cl/pooling.cl)
+#: outputs of a row pool2d_rows computes together (LANES in cl/pooling.cl)
 ROW_LANES = 8
-#: the widest run of input columns (ROW_LANES - 1 strides plus one window) max_pool2d_rows holds in registers;
-#: wider windows take max_pool2d
+#: the widest run of input columns (ROW_LANES - 1 strides plus one window) pool2d_rows holds in registers;
+#: wider windows take max_pool2d or avg_pool2d
 MAX_ROW_SPAN = 64
 
 
 class OpenCLPool2d(OpenCLLayer):
     """What max and average pooling share on OpenCL: one launch of their kernel over the output."""
 
-    #: the kernel in cl/pooling.cl
+    #: the window kernel in cl/pooling.cl
     cl_name: str
 
-    def build_opencl(self, rt):
-        self.cl_kernel = rt.kernel("pooling.cl", self.cl_name)
-        self.cl_whole_rows = rt.is_cpu  # a work-item per output row on CPUs, per output on GPUs (cl/pooling.cl)
-
     def cl_args(self) -> tuple:
-        """The kernel's arguments after the window geometry, which only one kind of pooling reads."""
+        """The window kernel's arguments after the geometry, which only one kind of pooling reads."""
         raise NotImplementedError
+
+    def rows_options(self) -> list:
+        """The options that make pool2d_rows this kind of pooling, besides the window's."""
+        raise NotImplementedError
+
+    def build_opencl(self, rt):
+        # CPUs: pool2d_rows, built for this window, where the columns a row's ROW_LANES outputs read fit in
+        # registers; else the window kernel, a work-item per output row on CPUs, per output on GPUs
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        self.cl_rows = None
+        if rt.is_cpu and (ROW_LANES - 1) * sw + (kw - 1) * dw + 1 <= MAX_ROW_SPAN:
+            self.cl_rows = rt.kernel("pooling.cl", "pool2d_rows", [
+                f"-DKH={kh}", f"-DKW={kw}", f"-DSH={sh}", f"-DSW={sw}", f"-DDH={dh}", f"-DDW={dw}",
+                *self.rows_options()])
+        else:
+            self.cl_kernel = rt.kernel("pooling.cl", self.cl_name)
+            self.cl_whole_rows = rt.is_cpu
 
     def forward_opencl(self, q, inputs, outputs):
         x, y = inputs[0], outputs[0]
+        if self.cl_rows is not None:
+            q.run(self.cl_rows, (y.shape[-2], y.size // (y.shape[-2] * y.shape[-1])), None, y.buffer, x.buffer,
+                  *x.shape[-2:], *y.shape[-2:], *self.padding)
+            return
         (out_h, out_w), span = y.shape[-2:], y.shape[-1] if self.cl_whole_rows else 1
         geometry = (*x.shape[-2:], out_h, out_w, *self.kernel, *self.stride, *self.padding)
         q.run(self.cl_kernel, (round_up(out_h * -(-out_w // span), 16), y.size // (out_h * out_w)), None, y.buffer,
@@ -51,23 +69,8 @@ class MaxPool2d(OpenCLPool2d, pooling.MaxPool2d):
     def cl_args(self):
         return self.dilation
 
-    def build_opencl(self, rt):
-        # CPUs: max_pool2d_rows, built for this window, where the columns a row's ROW_LANES outputs read fit in
-        # registers; else max_pool2d
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
-        self.cl_rows = None
-        if rt.is_cpu and (ROW_LANES - 1) * sw + (kw - 1) * dw + 1 <= MAX_ROW_SPAN:
-            self.cl_rows = rt.kernel("pooling.cl", "max_pool2d_rows", [
-                f"-DKH={kh}", f"-DKW={kw}", f"-DSH={sh}", f"-DSW={sw}", f"-DDH={dh}", f"-DDW={dw}"])
-        else:
-            super().build_opencl(rt)
-
-    def forward_opencl(self, q, inputs, outputs):
-        if self.cl_rows is None:
-            return super().forward_opencl(q, inputs, outputs)
-        x, y = inputs[0], outputs[0]
-        q.run(self.cl_rows, (y.shape[-2], y.size // (y.shape[-2] * y.shape[-1])), None, y.buffer, x.buffer,
-              *x.shape[-2:], *y.shape[-2:], *self.padding)
+    def rows_options(self):
+        return []
 
 
 @opencl("nn.AvgPool2d", "F.avg_pool2d")
@@ -77,3 +80,6 @@ class AvgPool2d(OpenCLPool2d, pooling.AvgPool2d):
     def cl_args(self):
         # the kernel reads a divisor_override of 0 (never a valid one) as "none"
         return int(self.count_include_pad), int(self.divisor_override or 0)
+
+    def rows_options(self):
+        return ["-DAVG", f"-DCOUNT_PAD={int(self.count_include_pad)}", f"-DDIVISOR={int(self.divisor_override or 0)}"]

@@ -58,13 +58,27 @@ def test_max_pool_nan_and_dilation_gaps_opencl(cl_runtime):
     ((2, 3), (1, 9), (0, 1), (1, 1)),  # 66 columns for eight outputs: too wide, max_pool2d's row split on CPUs
 ])
 def test_max_pool_rows_of_many_outputs_opencl(cl_runtime, kernel, stride, padding, dilation):
-    # rows of 16-50 outputs: CPUs' max_pool2d_rows runs whole blocks of eight lying inside the row (loaded
+    # rows of 16-50 outputs: CPUs' pool2d_rows runs whole blocks of eight lying inside the row (loaded
     # without a test per column), blocks over the edges and a short last block; NaNs and -inf among them
     x = RNG.standard_normal((2, 3, 9, 50)).astype(np.float32)
     x[0, 0, 4, 20:23] = np.nan
     x[1, 2, :, 30] = -np.inf
     layer = max_pool(x.shape, kernel, stride, padding, dilation, ceil_mode=False)
     assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0)
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("kernel, stride, padding", [
+    ((3, 3), (1, 1), (1, 1)),  # Inception's
+    ((2, 2), (2, 2), (0, 0)),  # DenseNet's transitions
+    ((3, 5), (2, 1), (1, 2)),
+    ((2, 3), (1, 9), (0, 1)),  # too wide for pool2d_rows on CPUs: avg_pool2d's rows
+])
+def test_avg_pool_rows_of_many_outputs_opencl(cl_runtime, kernel, stride, padding, count_include_pad):
+    # as above for the average: blocks inside the row and over its edges, where the divisor changes lane by lane
+    x = RNG.standard_normal((2, 3, 9, 50)).astype(np.float32)
+    layer = avg_pool(x.shape, kernel, stride, padding, False, count_include_pad, None)
+    assert_opencl_matches_numpy(layer, cl_runtime, x)
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
