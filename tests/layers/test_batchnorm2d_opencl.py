@@ -5,8 +5,10 @@ not only the variant the rule picks; and the rule itself."""
 import numpy as np
 import pytest
 
-from conftest import assert_every_variant_matches_numpy
+import kuiper
+from conftest import assert_every_variant_matches_numpy, write_model
 from kuiper.core.errors import BackendError
+from kuiper.opencl import spec_of
 from kuiper.opencl.batchnorm2d import TILE, rule
 from test_batchnorm2d import make_bn, statistics
 
@@ -37,3 +39,32 @@ def test_a_layer_alone_runs_the_rules_variant_and_rejects_unknown_ones(cl_runtim
     assert layer.variants.chosen == {((1, 5, 2, 2),): rule((1, 5, 2, 2), cl_runtime.is_cpu)}
     with pytest.raises(BackendError, match="variant 'fast' cannot run .*candidates: plane, channel, tiled"):
         layer.run_opencl(cl_runtime, x, variant="fast")
+
+
+@pytest.mark.parametrize("variant", ["plane", "channel", "tiled"])
+@pytest.mark.parametrize("activation", ["nn.ReLU", "nn.GELU"])
+def test_a_fused_sum_and_activation_run_in_the_kernels_store(cl_runtime, tmp_path, variant, activation):
+    # DenseNet's BatchNorm then ReLU, here with a residual sum between them too: one operator on OpenCL, its
+    # kernels applying both as they store, against the reference backend's three operators
+    shape = (2, 5, 33, 31)
+    bn = ("affine=True eps=1.000000e-3 num_features=5 @bias=(5)f32 @running_mean=(5)f32 @running_var=(5)f32 "
+          "@weight=(5)f32")
+    text = f"""7767517
+7 6
+pnnx.Input               in0     0 1 x #x={shape}f32
+pnnx.Input               in1     0 1 r #r={shape}f32
+nn.BatchNorm2d           bn      1 1 x a {bn} #a={shape}f32
+pnnx.Expression          add     2 1 a r s expr=add(@0,@1) #s={shape}f32
+{activation:24} act     1 1 s t #t={shape}f32
+torch.flatten            flat    1 1 t y start_dim=1 end_dim=-1 #y=(2,{5 * 33 * 31})f32
+pnnx.Output              out     1 0 y
+""".replace(str(shape), "(2,5,33,31)")
+    path = write_model(tmp_path, "bn", text, {f"bn.{k}": v for k, v in statistics(RNG, 5, True).items()})
+    x, r = (3.0 * RNG.standard_normal((2, *shape))).astype(np.float32)
+    graph = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
+    (fused,) = [op.layer for op in graph.order if op.type.startswith("nn.BatchNorm2d")]
+    assert fused.main.cl_epilogue.add is not None and fused.main.cl_epilogue.act is not None
+    fused.main.variants.fix([x.shape, r.shape], variant)
+    expected = kuiper.load(path, backend="reference").forward(x, r)[0]
+    np.testing.assert_allclose(graph.forward(x, r)[0], expected, rtol=1e-5, atol=1e-5)
+    assert set(fused.main.variants.chosen.values()) == {variant}  # no other shape key came up
