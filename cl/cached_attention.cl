@@ -46,6 +46,12 @@ __kernel void cache_write(__global store_t* restrict cache_k, __global store_t* 
     STORE(cache_v, to, LOAD(v, from));
 }
 
+// the sum of a float8's lanes, in pairs
+inline float sum8(const float8 x) {
+    const float4 a = x.lo + x.hi;
+    return (a.x + a.y) + (a.z + a.w);
+}
+
 // query . key, the query already in local memory: eight running sums, as norm.cl's partial_sum, so that a
 // work-item that walks the keys alone (CPUs) does not wait on each addition
 inline float dot_row(__local const float* query, __global const store_t* key, const long at, const int dim) {
@@ -56,8 +62,7 @@ inline float dot_row(__local const float* query, __global const store_t* key, co
                                    query[d + 6], query[d + 7]);
         s8 += qv * LOAD8(key, at + d);
     }
-    const float4 s4 = s8.lo + s8.hi;
-    float s = (s4.x + s4.y) + (s4.z + s4.w);
+    float s = sum8(s8);
     for (; d < dim; ++d) {
         s += query[d] * LOAD(key, at + d);
     }
@@ -158,8 +163,8 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
 // keys lies side by side, so a block's scores are HEAD_DIM multiply-adds of whole vectors of keys, and their
 // maximum, exponentials and sum are vector operations too; only the values are read key by key, each once for
 // every query head. float8 lanes, not float16: the PoCL wheel builds float16 code for AVX2 into an empty program.
-// Every loop of known length is unrolled (#pragma unroll), so that the arrays below stay in registers (so it ran
-// in half the time on Intel's runtime).
+// Every loop of known length is unrolled (#pragma unroll), so that the arrays below stay in registers rather
+// than in memory.
 #define VECS (HEAD_DIM / 8)
 #define KEY_VECS (KEYS_BY_BLOCK / 8)
 
@@ -167,11 +172,6 @@ inline float largest8(const float8 x) {
     const float4 a = x.lo > x.hi ? x.lo : x.hi;
     const float2 b = a.lo > a.hi ? a.lo : a.hi;
     return b.x > b.y ? b.x : b.y;
-}
-
-inline float sum8(const float8 x) {
-    const float4 a = x.lo + x.hi;
-    return (a.x + a.y) + (a.z + a.w);
 }
 
 __kernel OWN_LANES void cached_attention_blocks(__global store_t* restrict out, __global const store_t* restrict q,

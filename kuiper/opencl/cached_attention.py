@@ -153,13 +153,13 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         q.run(self.cl_write, (round_up(tokens * dim, 64), batch * self.num_kv_heads), None, cache_k, cache_v,
               key.buffer, value.buffer, index, tokens, self.num_kv_heads, dim, self.cl_slots)
         scale = float(np.float32(1 / math.sqrt(dim)))
-        rows = batch * self.num_heads * tokens
-        common = (self.cl_slots, BLOCK_SIZE, ends, table_at, tables, scale)
         if self.cl_blocks is not None:
             items = batch * self.num_kv_heads * tokens
             q.run(self.cl_blocks, (items,), (1,), out.buffer, query.buffer, cache_k, cache_v, index, items,
                   self.num_heads, self.num_kv_heads, tokens, self.cl_slots, ends, table_at, tables, scale)
             return
+        rows = batch * self.num_heads * tokens
+        common = (self.cl_slots, BLOCK_SIZE, ends, table_at, tables, scale)
         # a group no larger than the row needs: at most one work-item per key or coordinate (replayed: any row)
         longest = self.max_positions if self.replayable else int(layout.positions.max()) + 1
         group = min(self.cl_largest, 1 << (max(longest, dim) - 1).bit_length())
