@@ -168,6 +168,28 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
 #define VECS (HEAD_DIM / 8)
 #define KEY_VECS (KEYS_BY_BLOCK / 8)
 
+// The CPU's cache_write: one work-item a token and K/V head (dimension 1: the (b, kv) heads), its key and value
+// copied whole, the key a coordinate every KEYS_BY_BLOCK slots. A work-item an element, as cache_write has, makes
+// a GPU's accesses coalesce, but a CPU pays a division and a scattered store for every float.
+__kernel OWN_LANES void cache_write_rows(__global store_t* restrict cache_k, __global store_t* restrict cache_v,
+                                         __global const store_t* restrict k, __global const store_t* restrict v,
+                                         __global const int* restrict slots, const int tokens, const int kv_heads,
+                                         const int pool) {
+    const int token = get_global_id(0);
+    const int head = get_global_id(1);
+    const int slot = slots[(head / kv_heads) * tokens + token];
+    const long from = ((long)head * tokens + token) * HEAD_DIM;
+    const long head_at = (long)(head % kv_heads) * pool * HEAD_DIM;
+    const int within = slot % KEYS_BY_BLOCK;
+    __global store_t* key = cache_k + head_at + (long)(slot - within) * HEAD_DIM + within;
+    __global store_t* value = cache_v + head_at + (long)slot * HEAD_DIM;
+    #pragma unroll
+    for (int d = 0; d < HEAD_DIM; ++d) {
+        STORE(key, d * KEYS_BY_BLOCK, LOAD(k, from + d));
+        STORE(value, d, LOAD(v, from + d));
+    }
+}
+
 inline float largest8(const float8 x) {
     const float4 a = x.lo > x.hi ? x.lo : x.hi;
     const float2 b = a.lo > a.hi ? a.lo : a.hi;

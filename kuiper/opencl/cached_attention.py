@@ -107,12 +107,13 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         self.cl_attend = rt.kernel("cached_attention.cl", "cached_attention")
         # a coordinate of a block's keys is whole float8 vectors: blocks of a multiple of 8 slots
         self.cl_blocks = None
-        by_block = []
         if rt.is_cpu and self.head_dim % 8 == 0 and BLOCK_SIZE % 8 == 0:
-            by_block = [f"-DKEYS_BY_BLOCK={BLOCK_SIZE}"]
-            self.cl_blocks = rt.kernel("cached_attention.cl", "cached_attention_blocks", [
-                f"-DHEAD_DIM={self.head_dim}", f"-DQUERIES={self.num_heads // self.num_kv_heads}", *by_block])
-        self.cl_write = rt.kernel("cached_attention.cl", "cache_write", by_block)
+            options = [f"-DHEAD_DIM={self.head_dim}", f"-DQUERIES={self.num_heads // self.num_kv_heads}",
+                       f"-DKEYS_BY_BLOCK={BLOCK_SIZE}"]
+            self.cl_blocks = rt.kernel("cached_attention.cl", "cached_attention_blocks", options)
+            self.cl_write = rt.kernel("cached_attention.cl", "cache_write_rows", options)
+        else:
+            self.cl_write = rt.kernel("cached_attention.cl", "cache_write")
         limit = min(GROUP_SIZE, rt.device.max_work_group_size, self.cl_attend.get_work_group_info(
             cl.kernel_work_group_info.WORK_GROUP_SIZE, rt.device))
         # a power of two, as the group's reductions halve it; one work-item on CPUs, a core walking its row alone
@@ -150,14 +151,16 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
             return
         cache_k, cache_v = self.pool
         index, ends, table_at, tables = self.layout_index(layout)
-        q.run(self.cl_write, (round_up(tokens * dim, 64), batch * self.num_kv_heads), None, cache_k, cache_v,
-              key.buffer, value.buffer, index, tokens, self.num_kv_heads, dim, self.cl_slots)
         scale = float(np.float32(1 / math.sqrt(dim)))
         if self.cl_blocks is not None:
+            q.run(self.cl_write, (tokens, batch * self.num_kv_heads), None, cache_k, cache_v, key.buffer, value.buffer,
+                  index, tokens, self.num_kv_heads, self.cl_slots)
             items = batch * self.num_kv_heads * tokens
             q.run(self.cl_blocks, (items,), (1,), out.buffer, query.buffer, cache_k, cache_v, index, items,
                   self.num_heads, self.num_kv_heads, tokens, self.cl_slots, ends, table_at, tables, scale)
             return
+        q.run(self.cl_write, (round_up(tokens * dim, 64), batch * self.num_kv_heads), None, cache_k, cache_v,
+              key.buffer, value.buffer, index, tokens, self.num_kv_heads, dim, self.cl_slots)
         rows = batch * self.num_heads * tokens
         common = (self.cl_slots, BLOCK_SIZE, ends, table_at, tables, scale)
         # a group no larger than the row needs: at most one work-item per key or coordinate (replayed: any row)
