@@ -1,7 +1,7 @@
 """`kuiper serve` under load: N concurrent clients on loopback, each sending requests back to back for a fixed
 time, prompts and output lengths mixed.
 
-    python benchmarks/serve.py [--model DIR] [--clients 1,4,16,64] [--seconds 20] [--backend auto]
+    python benchmarks/serve.py [--model DIR] [--clients 1,4,16,64] [--seconds 20] [--rounds 1] [--backend auto]
                                [--max-batch 16] [--max-tokens-in-flight 4096] [--max-queue 64] [--json FILE]
 
 The server runs as `kuiper serve` in a process of its own, so that its resident memory (VmRSS, read from /proc
@@ -13,7 +13,9 @@ per client count:
 requests/s, output tokens/s, time to first token and latency (p50, p99), errors (a status other than 200, or a
 broken stream), and the server's RSS at the start and end of the run and at its largest. The backend is
 `kuiper serve`'s default unless --backend says otherwise, and the output names what the server ran on (its
-`backend:` line for the default).
+`backend:` line for the default). With --rounds R the client counts run R times over, interleaved, and each count's
+rate is compared with one client's of the same round, the median of those ratios reported: a shared machine moves
+one run's rate by tens of percent.
 """
 
 from __future__ import annotations
@@ -148,6 +150,8 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=16)
     parser.add_argument("--max-tokens-in-flight", type=int, default=4096)
     parser.add_argument("--max-queue", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the client counts this many times, interleaved; ratios are medians over rounds")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
 
@@ -175,9 +179,10 @@ def main() -> None:
                     raise SystemExit(f"the server did not start: {''.join(said)}")
                 time.sleep(0.2)
         rows = []
-        for clients in (int(c) for c in args.clients.split(",")):
-            print(f"{clients} clients for {args.seconds:.0f} s ...", file=sys.stderr)
-            rows.append(run_clients(port, clients, args.seconds, server.pid))
+        for index in range(1, args.rounds + 1):
+            for clients in (int(c) for c in args.clients.split(",")):
+                print(f"round {index}: {clients} clients for {args.seconds:.0f} s ...", file=sys.stderr)
+                rows.append({"round": index, **run_clients(port, clients, args.seconds, server.pid)})
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -185,16 +190,20 @@ def main() -> None:
     mib = 1 << 20
     backend = next((line[len("backend: "):].strip() for line in said if line.startswith("backend: ")), args.backend)
     print(f"{args.model.name} on {backend}, max batch {args.max_batch}, {args.seconds:.0f} s per row; {machine()}")
-    print("| clients | requests/s | output tokens/s | TTFT p50 / p99 (s) | latency p50 / p99 (s) | errors | "
+    print("| round | clients | requests/s | output tokens/s | TTFT p50 / p99 (s) | latency p50 / p99 (s) | errors | "
           "server RSS start / end / max (MiB) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['clients']} | {r['requests_per_s']:.2f} | {r['output_tokens_per_s']:.1f} | "
+        print(f"| {r['round']} | {r['clients']} | {r['requests_per_s']:.2f} | {r['output_tokens_per_s']:.1f} | "
               f"{r['ttft_p50_s']:.3f} / {r['ttft_p99_s']:.3f} | {r['latency_p50_s']:.2f} / {r['latency_p99_s']:.2f} | "
               f"{r['errors']} | {r['rss_start'] / mib:.0f} / {r['rss_end'] / mib:.0f} / {r['rss_max'] / mib:.0f} |")
-    single = rows[0]["output_tokens_per_s"] if rows and rows[0]["clients"] == 1 else None
-    for r in rows[1:] if single else []:
-        print(f"{r['clients']} clients: {r['output_tokens_per_s'] / single:.1f}x the output tokens/s of one")
+    # each round's rate against one client's in the same round: the machine's drift between rounds cancels
+    single = {r["round"]: r["output_tokens_per_s"] for r in rows if r["clients"] == 1}
+    for clients in sorted({r["clients"] for r in rows} - {1}) if single else []:
+        ratios = [r["output_tokens_per_s"] / single[r["round"]] for r in rows
+                  if r["clients"] == clients and single.get(r["round"])]
+        each = f" (rounds: {', '.join(f'{x:.2f}' for x in ratios)})" if len(ratios) > 1 else ""
+        print(f"{clients} clients: {statistics.median(ratios):.2f}x the output tokens/s of one{each}")
     for r in rows:
         for example in r["error_examples"]:
             print(f"{r['clients']} clients, error: {example}")
