@@ -181,6 +181,12 @@ class Layer:
         """Output dtypes; most layers keep the dtype of their first input."""
         return [input_dtypes[0] if input_dtypes else np.dtype(np.float32)] * len(self.op.output_operands)
 
+    def rows_written(self, rows: int) -> tuple:
+        """(first, count): the rows of its output a forward writes, of `rows` (every axis but the last folded):
+        all of them, unless the layer computes some alone (Linear's last_row_only and gather_rows). A backend then
+        reads back those alone."""
+        return 0, rows
+
     def workspace_bytes(self, input_shapes: list) -> int:
         """Bytes of work buffers forward_numpy allocates at these input shapes besides its outputs, which the
         graph counts against its memory limit with the plan. Layers whose temporaries stay near their output's

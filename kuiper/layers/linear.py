@@ -47,9 +47,13 @@ class Features(Layer):
         arrays): all of them, the last alone while last_row_only is set, or those of gather_rows (a copy) and
         as many output rows from the first."""
         x, y = x.reshape(-1, self.in_features), y.reshape(-1, self.out_features)
+        first, count = self.rows_written(len(y))
+        return x[self.gather_rows] if self.gather_rows is not None else x[first:first + count], y[first:first + count]
+
+    def rows_written(self, rows: int) -> tuple:
         if self.gather_rows is not None:
-            return x[self.gather_rows], y[:len(self.gather_rows)]
-        return (x[-1:], y[-1:]) if self.last_row_only else (x, y)
+            return 0, len(self.gather_rows)
+        return (rows - 1, 1) if self.last_row_only else (0, rows)
 
     def add_bias(self, out: np.ndarray) -> None:
         if self.bias is not None:

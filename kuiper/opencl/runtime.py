@@ -345,10 +345,20 @@ class DeviceTensor(Tensor):
     def nbytes(self) -> int:
         return self.size * self._dtype.itemsize
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self, rows: tuple | None = None) -> np.ndarray:
+        """The tensor downloaded; with rows=(first, count), those rows alone (every axis but the last folded), the
+        others of the array left unwritten."""
         out = np.empty(self._shape, dtype=self._dtype)
-        if out.size:
+        if not out.size:
+            return out
+        if rows is None:
             _cl().enqueue_copy(self.runtime.queue, out, self.buffer, is_blocking=True)
+            return out
+        first, count = rows
+        width = self._shape[-1] if self._shape else 1
+        if count:
+            _cl().enqueue_copy(self.runtime.queue, out.reshape(-1, width)[first:first + count], self.buffer,
+                               src_offset=first * width * self._dtype.itemsize, is_blocking=True)
         return out
 
     def reshape(self, *shape) -> "DeviceTensor":

@@ -153,16 +153,19 @@ class OpenCLExecutor:
 
     def results(self, operands: list) -> list:
         self.enqueuer.finish()
-        downloads = []  # the one download of each output, in the graph's dtype
+        downloads = []  # the one download of each output, in the graph's dtype: the rows its producer wrote
         for operand in operands:
             tensor, dtype = self.plan.tensors[operand.name], self.plan.dtypes[operand.name]
             if tensor.dtype != dtype:
                 staging = self._staging(operand.name, tensor.size * dtype.itemsize)
                 self._convert("from_storage", staging, tensor.buffer, tensor.size)
                 tensor = DeviceTensor(self.runtime, staging, tensor.shape, dtype)
-            downloads.append(tensor)
+            layer = operand.producer.layer if operand.producer is not None else None
+            rows = tensor.size // tensor.shape[-1] if tensor.ndim and tensor.shape[-1] else 0
+            written = layer.rows_written(rows) if layer is not None else (0, rows)
+            downloads.append((tensor, written if written != (0, rows) else None))
         self.enqueuer.finish()
-        return [tensor.numpy() for tensor in downloads]
+        return [tensor.numpy(rows) for tensor, rows in downloads]
 
     def _staging(self, name: str, nbytes: int):
         scratch = self.staging.get(name) or self.staging.setdefault(name, Scratch(self.runtime))
