@@ -27,6 +27,9 @@ from kuiper.layers.registry import register
 class Embedding(Layer):
     num_inputs = None  # F.embedding takes its table as a second input
     harmless_params = frozenset({"sparse", "scale_grad_by_freq", "padding_idx"})  # training options
+    #: the caller checks the ids before each forward (a language model does, on the host: kuiper/llm/model.py), so
+    #: a backend that would read them back from the device to check them (OpenCL) need not
+    ids_checked = False
 
     def __init__(self, op):
         super().__init__(op)
@@ -58,14 +61,17 @@ class Embedding(Layer):
             raise self.shape_error(f"expects integer ids, got {np.dtype(input_dtypes[0])}")
         return [np.dtype(np.float32)]
 
+    def check_ids(self, ids: np.ndarray, rows: int) -> None:
+        """An InputError unless every id names one of the table's `rows` rows."""
+        if ids.size:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= rows:
+                raise InputError(f"{self.op.type} operator '{self.op.name}': id {low if low < 0 else high} is out of "
+                                 f"range: the table has {rows} rows (ids 0..{rows - 1})")
+
     def forward_numpy(self, inputs, outputs):
         ids = inputs[0]
         table = self.table if self.table is not None else inputs[1]
-        if ids.size:
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= table.shape[0]:
-                bad = low if low < 0 else high
-                raise InputError(f"{self.op.type} operator '{self.op.name}': id {bad} is out of range: the table "
-                                 f"has {table.shape[0]} rows (ids 0..{table.shape[0] - 1})")
+        self.check_ids(ids, table.shape[0])
         # fancy indexing gathers the rows: one copy of embedding_dim floats per id
         np.take(table, ids, axis=0, out=outputs[0])

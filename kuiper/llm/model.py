@@ -122,6 +122,9 @@ class LanguageModel:
         self.blocks = BlockPool(self.cache_blocks)
         self.sequence = Sequence(self.blocks)  # the one generate(), logits() and stream() run
         self._head = next(op.layer for op in self.graph.order if op.name == "lm_head")
+        # the ids are checked here before each forward (_packed), so that OpenCL need not read them back
+        self._embedding = next(op.layer for op in self.graph.order if op.name == "model.embed_tokens")
+        self._embedding.ids_checked = True
         self.last_timings = Timings()
 
     def _context(self, context) -> int:
@@ -191,6 +194,7 @@ class LanguageModel:
 
     def _packed(self, entries, last_rows: bool, padded: int) -> list:
         tokens, positions, layout = pack(entries, padded, self.scratch)
+        self._embedding.check_ids(tokens, self.config.vocab_size)
         for layer in self.attention:
             layer.use(layout)
         ends = np.cumsum([len(ids) for _, ids in entries])

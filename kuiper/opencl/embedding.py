@@ -4,12 +4,13 @@ the rows of the ids, one work-item per element.
 The ids arrive as the graph stores int64 tensors on the device, as they are (OpenCLRuntime.stored changes only
 float32); the table is a weight, uploaded once at build, half at fp16 precision like every float weight, or
 F.embedding's second input. An id out of range is the caller's error here as on numpy: the ids are read back
-first (kuiper/opencl/indices.py), a download of a few int64s at the start of a decoder's forward.
+first (kuiper/opencl/indices.py), a download of a few int64s at the start of a decoder's forward, unless the caller
+checks them itself (`ids_checked`, as a language model does), and then the layer's launches replay
+(kuiper/opencl/replay.py).
 """
 
 from __future__ import annotations
 
-from kuiper.core.errors import InputError
 from kuiper.layers import embedding
 from kuiper.opencl.indices import IndexKernels, host_indices
 from kuiper.opencl.layer import OpenCLLayer
@@ -29,14 +30,8 @@ class Embedding(OpenCLLayer, embedding.Embedding):
             (inputs[1].buffer, inputs[1].shape[0])
         if not ids.size:  # OpenCL refuses an empty range
             return
-        self.check_ids(host_indices(q, ids), rows)
+        if not self.ids_checked:
+            self.check_ids(host_indices(q, ids), rows)
         dim = out.shape[-1]
         q.run(self.cl_gather[ids.dtype], (round_up(dim, 16), ids.size), None, out.buffer, ids.buffer, table,
               ids.size, dim, rows)
-
-    def check_ids(self, ids, rows: int) -> None:
-        """The reference's check, on the ids read back: every id names a row of the table."""
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= rows:
-            raise InputError(f"{self.op.type} operator '{self.op.name}': id {low if low < 0 else high} is out of "
-                             f"range: the table has {rows} rows (ids 0..{rows - 1})")

@@ -15,7 +15,8 @@ OpenCL forward) depends on more than its shapes, and so does a layer whose launc
 it again, live, between the launches of the others. A layer whose launches read host data that changes from one
 forward to the next, in buffers of its own, writes it in `refresh_opencl`, which a replay calls before the
 layer's launches. A language model's decode step replays every matrix product, norm and its attention over the
-paged cache (whose refresh uploads the step's page layout), and runs its embedding (which checks the ids) live.
+paged cache (whose refresh uploads the step's page layout), and its embedding, whose ids the model checks on
+the host (`ids_checked`).
 A recording made before any layer's variant choice changed (`Variants.changes`, as a test or a measurement
 switches kernels), or before a layer's buffers changed (`stale_recordings`), is dropped, and the next forward
 records anew.

@@ -147,6 +147,22 @@ def test_a_prompt_longer_than_the_context_is_refused(checkpoints):
         lm.generate([])
 
 
+@pytest.mark.parametrize("backend, device", BACKENDS + OPENCL)
+def test_a_token_id_past_the_vocabulary_is_refused_before_the_forward(checkpoints, backend, device):
+    """The model checks its ids on the host (OpenCL's embedding then replays): the reference layer's error, and
+    the cache keeps what it held."""
+    lm = kuiper.llm.load(checkpoints["llama_gqa"][0], backend=backend, device=device)
+    vocab = lm.config.vocab_size
+    ids = lm.tokenizer.encode(PROMPT)
+    first = lm.logits(ids)
+    for bad in (vocab, -1):
+        with pytest.raises(InputError, match=f"nn.Embedding operator 'model.embed_tokens': id {bad} is out of "
+                                             f"range: the table has {vocab} rows"):
+            lm.forward([ids[0], bad], len(ids))
+    assert lm.sequence.length == len(ids)
+    np.testing.assert_allclose(lm.forward(ids[-1:], len(ids) - 1), first[-1:], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(temperature=-1.0), "temperature=-1.0"), (dict(top_k=-2), "top_k=-2"), (dict(top_p=0.0), "top_p=0.0"),
     (dict(top_p=1.5), "top_p=1.5"), (dict(max_new_tokens=-1), "max_new_tokens=-1"),
