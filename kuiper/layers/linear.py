@@ -48,7 +48,8 @@ class Features(Layer):
         as many output rows from the first."""
         x, y = x.reshape(-1, self.in_features), y.reshape(-1, self.out_features)
         first, count = self.rows_written(len(y))
-        return x[self.gather_rows] if self.gather_rows is not None else x[first:first + count], y[first:first + count]
+        rows = x[self.gather_rows] if self.gather_rows is not None else x[first:first + count]
+        return rows, y[first:first + count]
 
     def rows_written(self, rows: int) -> tuple:
         if self.gather_rows is not None:
