@@ -9,22 +9,24 @@
 
 #include "store.h"
 #include "group_reduce.h"
+#include "lanes.h"
 #include "group_softmax.h"
 
 #define NO_MASK 0
 #define ADDED_MASK 1
 #define TRUE_MASKS 2
 
-// One work-group per row, like softmax_rows in softmax.cl; the global size is rows * local size exactly.
-__kernel void attention_softmax(__global store_t* restrict p, const int rows_per_stack, const int length,
+// One work-group per row, like softmax_rows in softmax.cl (on CPUs a work-item); the global size is rows * local
+// size exactly.
+__kernel OWN_LANES void attention_softmax(__global store_t* restrict p, const int rows_per_stack, const int length,
                                 const float scale, const int causal, const int zero_empty_rows,
                                 __global const store_t* restrict float_mask, __global const uchar* restrict bool_mask,
                                 const int mode, const int n1, const int n2, const int s0, const int s1,
                                 const int s2, const int s_row, const int s_col, const int mask_columns,
                                 __local float* scratch) {
-    const int lid = get_local_id(0);
-    const int size = get_local_size(0);
-    const int row = get_group_id(0);
+    const int lid = ROW_LID;
+    const int size = ROW_SIZE;
+    const int row = ROW_ID;
     const long start = (long)row * length;
     const int z = row / rows_per_stack, i = row - z * rows_per_stack;
     const long mask_row = (long)(z / (n1 * n2)) * s0 + (long)(z / n2 % n1) * s1 + (long)(z % n2) * s2 +

@@ -8,7 +8,8 @@
 // strides are arguments, so one program serves every shape. Slot 0 holds the outermost dim, slots 7-rank
 // to 5 the inner ones in order; the slots between are unused. On GPUs, work-item i handles element i of the
 // shape in row-major order: consecutive work-items write consecutive elements whenever the destination's
-// innermost stride is 1, which the callers arrange. On CPUs (-DROWS), runs of rows: see the kernel.
+// innermost stride is 1, which the callers arrange. On CPUs (-DROWS), runs of rows: see the kernel, and
+// transpose_tiles for a copy that is contiguous on each side along a different dim.
 #include "lanes.h"
 
 // peel coordinate k off the remaining row-major index r and move both offsets along dim k
@@ -66,3 +67,46 @@ __kernel OWN_LANES void strided_copy(__global T* restrict dst, const int dst_off
     dst[d] = src[s];
 #endif
 }
+
+#if defined(ROWS) && defined(TILES)  // TILES: elements of at most 4 bytes (kuiper/opencl/strided.py: TILE)
+#define JOIN2(a, b) a##b
+#define JOIN(a, b) JOIN2(a, b)
+#define T8 JOIN(T, 8)
+// element c of each of the tile's eight source rows: the tile's row c of the destination
+#define COLUMN(c) (T8)(r[0].c, r[1].c, r[2].c, r[3].c, r[4].c, r[5].c, r[6].c, r[7].c)
+
+// CPUs: a copy contiguous on the source along one dim (a: `along` elements) and on the destination along
+// another (b: `across` elements), as NCHW <-> NHWC permutes are. Element (a, b) of batch item z moves from
+// src[src_offset + z * src_item + b * src_pitch + a] to dst[dst_offset + z * dst_item + a * dst_pitch + b].
+// Work-item (i, j, z) moves the 8 x 8 tile at a = 8i, b = 8j: eight vector reads along the source's rows,
+// their lanes regrouped in registers, eight vector writes along the destination's. An element per read, as
+// strided_copy walks, costs several times as long (docs/opencl-kernels.md). Edge tiles go element by element.
+__kernel OWN_LANES void transpose_tiles(__global T* restrict dst, const int dst_offset,
+                                        __global const T* restrict src, const int src_offset, const int along,
+                                        const int across, const int src_pitch, const int dst_pitch,
+                                        const int src_item, const int dst_item) {
+    const int a0 = get_global_id(0) * 8, b0 = get_global_id(1) * 8, z = get_global_id(2);
+    src += src_offset + z * src_item;
+    dst += dst_offset + z * dst_item;
+    if (a0 + 8 <= along && b0 + 8 <= across) {
+        T8 r[8];
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) r[i] = vload8(0, src + (b0 + i) * src_pitch + a0);
+        __global T* to = dst + a0 * dst_pitch + b0;
+        vstore8(COLUMN(s0), 0, to);
+        vstore8(COLUMN(s1), 0, to + dst_pitch);
+        vstore8(COLUMN(s2), 0, to + 2 * dst_pitch);
+        vstore8(COLUMN(s3), 0, to + 3 * dst_pitch);
+        vstore8(COLUMN(s4), 0, to + 4 * dst_pitch);
+        vstore8(COLUMN(s5), 0, to + 5 * dst_pitch);
+        vstore8(COLUMN(s6), 0, to + 6 * dst_pitch);
+        vstore8(COLUMN(s7), 0, to + 7 * dst_pitch);
+        return;
+    }
+    for (int a = a0; a < min(along, a0 + 8); ++a) {
+        for (int b = b0; b < min(across, b0 + 8); ++b) {
+            dst[a * dst_pitch + b] = src[b * src_pitch + a];
+        }
+    }
+}
+#endif

@@ -10,8 +10,8 @@
 // The maximum of row elements start .. start + length - 1 of x, the group striding through them. A comparison,
 // not fmax (a call on PoCL), skips NaN as fmax does: a NaN in the row makes its softmax NaN all the same.
 float group_row_max(__global const store_t* x, const long start, const int length, __local float* scratch) {
-    const int lid = get_local_id(0);
-    const int size = get_local_size(0);
+    const int lid = ROW_LID;
+    const int size = ROW_SIZE;
     float m = -INFINITY;
     int j = lid;
     if (size == 1) {  // a CPU core with the row alone: eight elements a step
@@ -38,8 +38,8 @@ float group_row_max(__global const store_t* x, const long start, const int lengt
 // running sums, several times faster than a row a work-item one element a step (docs/tuning.md).
 void group_softmax(__global store_t* y, __global const store_t* x, const long start, const int length,
                    const float m, const bool zero_empty, __local float* scratch) {
-    const int lid = get_local_id(0);
-    const int size = get_local_size(0);
+    const int lid = ROW_LID;
+    const int size = ROW_SIZE;
     const float shift = m == -INFINITY ? 0.0f : m;
     float sum = 0.0f;
     int j = lid;

@@ -38,9 +38,9 @@ __kernel OWN_LANES void norm_rows(__global store_t* restrict y, __global const s
                         __global const store_t* restrict weight, __global const store_t* restrict bias,
                         const int has_weight, const int has_bias, const int length, const int groups,
                         const int inner, const float eps, __local float* scratch) {
-    const int lid = get_local_id(0);
-    const int size = get_local_size(0);
-    const int row = get_group_id(0);
+    const int lid = ROW_LID;
+    const int size = ROW_SIZE;
+    const int row = ROW_ID;
     const long start = (long)row * length;
     const float mean = group_reduce(partial_sum(x, start, length, lid, size, 0.0f, false), scratch, false) / length;
     const float squares = partial_sum(x, start, length, lid, size, mean, true);
@@ -60,9 +60,9 @@ __kernel OWN_LANES void norm_rows(__global store_t* restrict y, __global const s
 __kernel OWN_LANES void rms_rows(__global store_t* restrict y, __global const store_t* restrict x,
                                  __global const store_t* restrict weight, const int has_weight, const int length,
                                  const float eps, __local float* scratch) {
-    const int lid = get_local_id(0);
-    const int size = get_local_size(0);
-    const long start = (long)get_group_id(0) * length;
+    const int lid = ROW_LID;
+    const int size = ROW_SIZE;
+    const long start = (long)ROW_ID * length;
     const float squares = group_reduce(partial_sum(x, start, length, lid, size, 0.0f, true), scratch, false);
     const float scale = 1.0f / sqrt(squares / length + eps);
     for (int j = lid; j < length; j += size) {

@@ -4,6 +4,7 @@
 
 #include "activations.h"
 #include "group_reduce.h"
+#include "lanes.h"
 #include "group_softmax.h"
 #include "store.h"
 
@@ -33,11 +34,11 @@ __kernel void softmax_lines(__global store_t* restrict y, __global const store_t
     }
 }
 
-// One work-group per contiguous row (inner == 1), for GPUs: the group strides through the row together,
-// so its loads are unit-stride, and combines its partial max and sum in local memory. The global size is
-// rows * local size exactly: every group has a row.
-__kernel void softmax_rows(__global store_t* restrict y, __global const store_t* restrict x, const int length,
+// One work-group per contiguous row (inner == 1) on GPUs: the group strides through the row together, so its
+// loads are unit-stride, and combines its partial max and sum in local memory. The global size is rows * local
+// size exactly: every group has a row. On CPUs (ROW_EACH) a work-item per row.
+__kernel OWN_LANES void softmax_rows(__global store_t* restrict y, __global const store_t* restrict x, const int length,
                            __local float* scratch) {
-    const int start = get_group_id(0) * length;
+    const int start = ROW_ID * length;
     group_softmax(y, x, start, length, group_row_max(x, start, length, scratch), false, scratch);
 }

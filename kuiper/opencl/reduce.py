@@ -24,7 +24,7 @@ from kuiper.opencl.layer import OpenCLLayer
 from kuiper.opencl.matmul import Scratch
 from kuiper.opencl.registry import opencl
 from kuiper.opencl.runtime import round_up
-from kuiper.opencl.strided import contiguous_strides, merge_dims
+from kuiper.opencl.strided import ROW_GROUP, contiguous_strides, merge_dims
 from kuiper.pnnx.dtypes import numpy_dtype
 
 #: how many kept and how many reduced dims cl/reduce.cl walks (int4 vectors)
@@ -36,28 +36,34 @@ GROUP_SIZE = 256
 class RowGroups:
     """A kernel that gives each contiguous row of its input to one work-group (cl/group_reduce.h). On GPUs the
     group reads the row unit-stride, where one work-item per row would stride by the row length, and long rows
-    spread over many cores. On CPUs the group is one work-item, since a core runs a row fastest alone: PoCL ran
-    Swin's (3136, 96) LayerNorm 7-10x faster so than with 128 work-items a row. Its arguments end with the
-    group's local scratch. Layers use it for rows of `shortest` elements or more: on GPUs shorter ones run
+    spread over many cores. On CPUs a work-item takes a row alone (-DROW_EACH), since a core runs a row fastest
+    so: PoCL ran Swin's (3136, 96) LayerNorm 7-10x faster than with 128 work-items a row. Its work-groups then
+    hold ROW_GROUP rows, where Intel's runtime took 4x as long with a group (and its barriers) per row. Its
+    arguments end with the group's local scratch. Layers use it for rows of `shortest` elements or more: on GPUs shorter ones run
     faster one per work-item, as many small groups leave the cores half empty."""
 
     def __init__(self, rt, file: str, name: str, shortest: int, options=()):
         import pyopencl as cl
 
-        self.kernel = rt.kernel(file, name, options)
+        self.each = rt.is_cpu  # a work-item a row
+        self.kernel = rt.kernel(file, name, [*options, *(["-DROW_EACH"] if self.each else [])])
         self.shortest = shortest
         limit = min(GROUP_SIZE, rt.device.max_work_group_size, self.kernel.get_work_group_info(
             cl.kernel_work_group_info.WORK_GROUP_SIZE, rt.device))
-        self.largest = 1 if rt.is_cpu else 1 << (limit.bit_length() - 1)
+        self.largest = 1 if self.each else 1 << (limit.bit_length() - 1)
         self.scratch = cl.LocalMemory(4 * self.largest)
 
     def takes(self, length: int) -> bool:
         return length >= self.shortest
 
     def run(self, q, rows: int, length: int, *args) -> None:
-        if rows:  # OpenCL refuses an empty range
-            group = min(self.largest, 1 << (length - 1).bit_length())  # no larger than the row needs
-            q.run(self.kernel, (rows * group,), (group,), *args, self.scratch)
+        if not rows:  # OpenCL refuses an empty range
+            return
+        if self.each:  # groups of ROW_GROUP rows where they divide the rows, else the driver's choice
+            q.run(self.kernel, (rows,), (ROW_GROUP,) if rows % ROW_GROUP == 0 else None, *args, self.scratch)
+            return
+        group = min(self.largest, 1 << (length - 1).bit_length())  # no larger than the row needs
+        q.run(self.kernel, (rows * group,), (group,), *args, self.scratch)
 
 
 class Reduce(OpenCLLayer):

@@ -27,9 +27,15 @@ MAX_RANK = 6
 #: rows where those are longer: a work-item copies a row, and rows of a few elements cost little but the
 #: finding of them (see StridedCopy.rows_first)
 SHORT_ROW = 16
-#: on CPUs, the work-groups of cl/copy.cl's rows: (1, ROW_GROUP) rows. Left to choose, Intel's runtime makes a
-#: work-group of each row and pays for every group it starts
+#: on CPUs, the work-groups of cl/copy.cl's rows: (1, ROW_GROUP) rows, and of a row a work-item's kernels
+#: (reduce.py's RowGroups). Left to choose, Intel's runtime makes a work-group of each row and pays for every group
+#: it starts
 ROW_GROUP = 32
+#: on CPUs, a copy contiguous along one dim on the source and another on the destination, both at least this
+#: long, moves as tiles of TILE x TILE (cl/copy.cl's transpose_tiles; see StridedCopy.tiles)
+TILE = 8
+#: ... for elements of at most 4 bytes (-DTILES): a tile's row of 8 is then a 256-bit vector. The PoCL wheel,
+#: which targets AVX2, builds a program with 512-bit ones (8 int64) into one without its kernels
 #: kernels that move bits (cl/copy.cl, cl/pad.cl) take an unsigned integer as wide as the element: one
 #: program serves every dtype of that size
 WORD_TYPES = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
@@ -89,12 +95,12 @@ class StridedCopy:
         self._kernels = {}
         self.kernel(rt.stored(np.float32).itemsize)
 
-    def kernel(self, itemsize: int):
-        kernel = self._kernels.get(itemsize)
+    def kernel(self, itemsize: int, name: str = "strided_copy"):
+        kernel = self._kernels.get((itemsize, name))
         if kernel is None:
-            kernel = self.rt.kernel("copy.cl", "strided_copy",
-                                    [f"-DT={WORD_TYPES[itemsize]}", *(["-DROWS"] if self.rows else [])])
-            self._kernels[itemsize] = kernel
+            rows = ["-DROWS", *(["-DTILES"] if itemsize <= 4 else [])] if self.rows else []  # TILES: see TILE
+            kernel = self.rt.kernel("copy.cl", name, [f"-DT={WORD_TYPES[itemsize]}", *rows])
+            self._kernels[itemsize, name] = kernel
         return kernel
 
     def __call__(self, q, shape, dst: View, src: View) -> None:
@@ -106,6 +112,10 @@ class StridedCopy:
             return
         dims = merge_dims(tuple(shape), tuple(dst.strides), tuple(src.strides))
         if self.rows:
+            tiles = self.tiles(dims) if dst.tensor.dtype.itemsize <= 4 else None  # see TILE
+            if tiles is not None:
+                self._transpose(q, *tiles, dst, src)
+                return
             dims = self.rows_first(dims)
         if len(dims) == 1 and dims[0][1:] == (1, 1):
             itemsize = dst.tensor.dtype.itemsize
@@ -126,6 +136,25 @@ class StridedCopy:
             return dims
         order = dims[:longer[0]] + dims[longer[0] + 1:] + dims[longer[0]:longer[0] + 1]
         return merge_dims(*(tuple(column) for column in zip(*order)))
+
+    @staticmethod
+    def tiles(dims: tuple) -> tuple | None:
+        """(along, across, batch) where merged `dims` are a transpose: the destination's innermost dim (across)
+        strided on the source, one other (along) contiguous on the source and strided on the destination, both
+        at least TILE long, and at most one dim besides (batch, else a dim of one). None for any other copy."""
+        across = dims[-1]
+        along = [d for d in dims[:-1] if d[2] == 1 and d[1] != 1]
+        if len(dims) > 3 or len(along) != 1 or across[1] != 1 or across[2] == 1 or min(across[0], along[0][0]) < TILE:
+            return None
+        batch = [d for d in dims[:-1] if d is not along[0]]
+        return along[0], across, batch[0] if batch else (1, 0, 0)
+
+    def _transpose(self, q, along, across, batch, dst: View, src: View) -> None:
+        """Enqueue cl/copy.cl's transpose_tiles over the tiles of `along` x `across`, for each batch item."""
+        kernel = self.kernel(dst.tensor.dtype.itemsize, "transpose_tiles")
+        q.run(kernel, (-(-along[0] // TILE), -(-across[0] // TILE), batch[0]), None, dst.tensor.buffer,
+              int(dst.offset), src.tensor.buffer, int(src.offset), along[0], across[0], across[2], along[1], batch[2],
+              batch[1])
 
     def _walk(self, q, dims, dst: View, src: View) -> None:
         """Enqueue cl/copy.cl over merged `dims`; past the kernel's rank, once per index of the outermost dim."""

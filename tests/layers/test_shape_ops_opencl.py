@@ -91,6 +91,28 @@ def test_cpus_walk_the_sources_rows_where_the_destinations_are_short():
     assert StridedCopy.rows_first(long_rows) == long_rows
 
 
+@pytest.mark.parametrize("shape, dims", [
+    ((1, 96, 7, 8), (0, 2, 3, 1)),   # NCHW -> NHWC in whole tiles: 96 channels, 56 pixels
+    ((3, 13, 4, 5), (0, 2, 3, 1)),   # edge tiles on both sides, three batch items
+    ((2, 20, 11), (0, 2, 1)),        # NHWC -> NCHW's shape: the last two dims swapped per item
+    ((9, 17), (1, 0)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])
+def test_cpus_move_a_transpose_as_tiles(cl_runtime, monkeypatch, shape, dims, dtype):
+    monkeypatch.setattr(cl_runtime, "is_cpu", True)
+    check(cl_runtime, layer("Tensor.permute", {"dims": dims}, recorded=[shape]), rand(*shape, dtype=dtype))
+
+
+def test_transpose_tiles_take_two_long_dims_contiguous_on_different_sides():
+    nchw_to_nhwc = merge_dims((3136, 96), (96, 1), (1, 3136))
+    assert StridedCopy.tiles(nchw_to_nhwc) == ((3136, 96, 1), (96, 1, 3136), (1, 0, 0))
+    batched = merge_dims((4, 20, 11), (220, 11, 1), (220, 1, 20))
+    assert StridedCopy.tiles(batched) == ((20, 11, 1), (11, 1, 20), (4, 220, 220))
+    assert StridedCopy.tiles(merge_dims((3136, 3), (3, 1), (1, 3136))) is None  # rows of 3: too short
+    assert StridedCopy.tiles(merge_dims((6, 40), (40, 1), (40, 1))) is None     # contiguous on both sides
+    assert StridedCopy.tiles(merge_dims((2, 3, 16, 16), (768, 256, 16, 1), (256, 512, 1, 16))) is None  # 2 batch dims
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_permute_moves_every_element_size(cl_runtime, dtype):
     x = rand(3, 6, 5, 7, dtype=dtype)
