@@ -101,6 +101,13 @@ __kernel void max_pool2d(WINDOW_ARGS, const int dilation_h, const int dilation_w
 #define COMBINE(a, v) select((a), (v), ((v) > (a)) | ((v) != (v)))  // takes_over, lane by lane
 #endif
 
+// lanes l = 0 .. 7 of a tap column: input columns c + l * SW of a row, as depthwise_rows' row_lanes (cl/conv.cl)
+#if SW == 1
+#define tap_lanes(r, c) LOAD8(r, c)
+#elif SW == 2
+#define tap_lanes(r, c) ((float16)(LOAD8(r, c), LOAD8(r, (c) + 8))).even
+#endif
+
 #ifdef AVG
 // the divisors of outputs ox .. ox + 7 of row oy
 inline float8 divisors(int oy, int ox, int height, int width, int pad_h, int pad_w) {
@@ -135,6 +142,15 @@ __kernel OWN_LANES void pool2d_rows(__global store_t* restrict y, __global const
             const int h = oy * SH - pad_h + kh * DH;
             if (h < 0 || h >= height) continue;
             const __global store_t* row = plane + h * width;
+            float8 taps = START;
+#if SW <= 2
+            if (inside) {  // every tap column a vector load (two and a shuffle at SW = 2), not eight lanes set
+                #pragma unroll
+                for (int kw = 0; kw < KW; ++kw) taps = COMBINE(taps, tap_lanes(row, left + kw * DW));
+                total = COMBINE(total, taps);
+                continue;
+            }
+#endif
             float r[SPAN];  // the row's columns left .. left + SPAN - 1, START outside it (a tap in the padding)
             if (inside) {
                 #pragma unroll
@@ -143,7 +159,6 @@ __kernel OWN_LANES void pool2d_rows(__global store_t* restrict y, __global const
                 #pragma unroll
                 for (int j = 0; j < SPAN; ++j) r[j] = left + j >= 0 && left + j < width ? LOAD(row, left + j) : START;
             }
-            float8 taps = START;
             #pragma unroll
             for (int kw = 0; kw < KW; ++kw) {
                 const float8 v = (float8)(r[kw * DW], r[kw * DW + SW], r[kw * DW + 2 * SW], r[kw * DW + 3 * SW],
