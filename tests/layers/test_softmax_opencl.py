@@ -1,7 +1,7 @@
 """Softmax on OpenCL (cl/softmax.cl) against its numpy forward, on every device, over every dim of odd shapes.
 
-Contiguous rows go to a work-group: of one work-item on CPUs, which walks the row eight elements a step
-(lengths below 8, multiples of 8 and others check its tail), of many on GPUs. The `cl_paths` fixture also makes
+Contiguous rows go to a work-item on CPUs, which walks the row eight elements a step (lengths below 8, multiples
+of 8 and others check its tail), and to a work-group of many on GPUs. The `cl_paths` fixture also makes
 the runtime (and its fp16 view) report a GPU, so that every device checks both ways (PoCL runs work-groups
 correctly, if not fast).
 """
