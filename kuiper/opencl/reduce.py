@@ -39,8 +39,8 @@ class RowGroups:
     spread over many cores. On CPUs a work-item takes a row alone (-DROW_EACH), since a core runs a row fastest
     so: PoCL ran Swin's (3136, 96) LayerNorm 7-10x faster than with 128 work-items a row. Its work-groups then
     hold ROW_GROUP rows, where Intel's runtime took 4x as long with a group (and its barriers) per row. Its
-    arguments end with the group's local scratch. Layers use it for rows of `shortest` elements or more: on GPUs shorter ones run
-    faster one per work-item, as many small groups leave the cores half empty."""
+    arguments end with the group's local scratch. Layers use it for rows of `shortest` elements or more: on
+    GPUs shorter ones run faster one per work-item, as many small groups leave the cores half empty."""
 
     def __init__(self, rt, file: str, name: str, shortest: int, options=()):
         import pyopencl as cl

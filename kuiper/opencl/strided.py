@@ -34,8 +34,9 @@ ROW_GROUP = 32
 #: on CPUs, a copy contiguous along one dim on the source and another on the destination, both at least this
 #: long, moves as tiles of TILE x TILE (cl/copy.cl's transpose_tiles; see StridedCopy.tiles)
 TILE = 8
-#: ... for elements of at most 4 bytes (-DTILES): a tile's row of 8 is then a 256-bit vector. The PoCL wheel,
-#: which targets AVX2, builds a program with 512-bit ones (8 int64) into one without its kernels
+#: ... for elements of at most this many bytes (-DTILES): a tile's row of 8 is then a 256-bit vector. The PoCL
+#: wheel, which targets AVX2, builds a program with 512-bit ones (8 int64) into one without its kernels
+TILE_BYTES = 4
 #: kernels that move bits (cl/copy.cl, cl/pad.cl) take an unsigned integer as wide as the element: one
 #: program serves every dtype of that size
 WORD_TYPES = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
@@ -98,7 +99,7 @@ class StridedCopy:
     def kernel(self, itemsize: int, name: str = "strided_copy"):
         kernel = self._kernels.get((itemsize, name))
         if kernel is None:
-            rows = ["-DROWS", *(["-DTILES"] if itemsize <= 4 else [])] if self.rows else []  # TILES: see TILE
+            rows = ["-DROWS", *(["-DTILES"] if itemsize <= TILE_BYTES else [])] if self.rows else []
             kernel = self.rt.kernel("copy.cl", name, [f"-DT={WORD_TYPES[itemsize]}", *rows])
             self._kernels[itemsize, name] = kernel
         return kernel
@@ -112,7 +113,7 @@ class StridedCopy:
             return
         dims = merge_dims(tuple(shape), tuple(dst.strides), tuple(src.strides))
         if self.rows:
-            tiles = self.tiles(dims) if dst.tensor.dtype.itemsize <= 4 else None  # see TILE
+            tiles = self.tiles(dims) if dst.tensor.dtype.itemsize <= TILE_BYTES else None
             if tiles is not None:
                 self._transpose(q, *tiles, dst, src)
                 return

@@ -2,8 +2,8 @@
 
 A DenseNet layer concatenates every feature map of its block so far: layer k joins the block's input and the
 k - 1 maps of the layers before it, exactly the pieces layer k - 1 joined, plus that layer's own map. Written
-so, a block of n layers copies n(n + 1)/2 pieces, 535 in DenseNet-121, and on OpenCL each piece is a launch of
-its own. The pieces layer k - 1 joined already lie side by side in its output, so layer k can join that output
+so, a block of n layers copies on the order of n^2 / 2 pieces (DenseNet-121's 58 cats join 539), and on OpenCL
+each piece is a launch of its own. The pieces layer k - 1 joined already lie side by side in its output, so layer k can join that output
 and the new map: the same bytes moved, in two pieces a layer.
 
 Over the operators in execution order: a torch.cat whose first inputs are all the inputs of an earlier torch.cat

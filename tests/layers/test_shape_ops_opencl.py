@@ -97,7 +97,7 @@ def test_cpus_walk_the_sources_rows_where_the_destinations_are_short():
     ((2, 20, 11), (0, 2, 1)),        # NHWC -> NCHW's shape: the last two dims swapped per item
     ((9, 17), (1, 0)),
 ])
-@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])  # int64: the row walk (TILE_BYTES)
 def test_cpus_move_a_transpose_as_tiles(cl_runtime, monkeypatch, shape, dims, dtype):
     monkeypatch.setattr(cl_runtime, "is_cpu", True)
     check(cl_runtime, layer("Tensor.permute", {"dims": dims}, recorded=[shape]), rand(*shape, dtype=dtype))
