@@ -40,6 +40,12 @@
 // vload16() there stays a call that spills every accumulator. Operators (`acc += a * b`, contracted to an
 // FMA) and vectors built from scalar loads (merged into one vector load) compile to straight-line code.
 #define NB (NV * VN)
+#if defined(GLU) && (NV != 2 || VN != 16 || defined(TAPS))
+#error "GLU stores pairs of 16-column vectors: NV = 2, VN = 16, no TAPS"
+#endif
+#ifdef GLU
+#include "activations.h"
+#endif
 #ifdef TAPS
 #define TAPS_ARGS , __global const int* restrict taps, const int out_h, const int out_w, const int row_pitch, \
     const int grid_pitch, const int grid_w
@@ -131,7 +137,7 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
     const bool consecutive = true;
     const long first = n0;
 #endif
-#ifndef KUIPER_HALF
+#if !defined(KUIPER_HALF) || defined(GLU)
     float column_bias[NB];  // Linear's bias, read once for all the block's rows
     #pragma unroll
     for (int c = 0; c < NB; ++c) column_bias[c] = bias_mode == 2 && fresh == 0 ? LOAD(bias, g * N + n0 + c) : 0.0f;
@@ -140,6 +146,17 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
     for (int r = 0; r < MB; ++r) {
         const int m = m0 + r;
         if (m >= M) break;
+#ifdef GLU  // vector 0 holds 16 columns of a gate, vector 1 the same 16 of the up projection: the block's outputs
+            // are silu(gate) * up, 16 of them from column first / 2 of C
+        union { floatV v[NV]; float s[NB]; } biased;
+        #pragma unroll
+        for (int c = 0; c < NB; ++c) biased.s[c] = column_bias[c];
+        union { floatV v; float s[VN]; } glu = {act_silu16(acc[r][0] + biased.v[0], 0.0f, 0.0f)
+                                                * (acc[r][1] + biased.v[1])};
+        #pragma unroll
+        for (int c = 0; c < VN; ++c) STORE(C, (long)m * ldc + first / 2 + c, glu.s[c]);
+        continue;
+#endif
         union { floatV v[NV]; float s[NB]; } row;  // the block's row, element by element
         #pragma unroll
         for (int v = 0; v < NV; ++v) row.v[v] = acc[r][v];

@@ -159,9 +159,17 @@ class Expression(Layer):
     def adds_two_inputs(self) -> bool:
         """expr=add(@0,@1) (or add(@1,@0)): a sum the fusion pass (runtime/fusion.py) may hand to the
         producer of one input as an epilogue step."""
+        return self._joins_two_inputs(np.add)
+
+    @property
+    def multiplies_two_inputs(self) -> bool:
+        """expr=mul(@0,@1) (or mul(@1,@0)): the product of a gated MLP (runtime/gated.py)."""
+        return self._joins_two_inputs(np.multiply)
+
+    def _joins_two_inputs(self, ufunc) -> bool:
         kinds = [kind for kind, _ in self.program]
         return kinds == ["input", "input", "apply"] and {self.program[0][1], self.program[1][1]} == {0, 1} \
-            and self.program[2][1] == (np.add, 2)
+            and self.program[2][1] == (ufunc, 2)
 
 
 def _result_array(args, pending, out):

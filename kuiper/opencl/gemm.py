@@ -53,8 +53,6 @@ from __future__ import annotations
 from functools import partial
 from typing import NamedTuple
 
-import numpy as np
-
 from kuiper.core.cpuinfo import cpu_flags
 from kuiper.opencl.devices import configured_target, tensor_cores
 from kuiper.opencl.gemv import GEMV, GEMV_MAX_ROWS, Gemv
@@ -76,13 +74,6 @@ ROW_BLOCK_COST = 1
 #: where the compiler targets AVX-512 (32 vector registers); with AVX2's 16 it spills, and the rule takes
 #: 6 x 16 (12 accumulators) as widest (`Gemm.cpu_blocks`).
 CPU_BLOCKS = ((32, 2, 16), (16, 1, 16), (4, 1, 4), (1, 1, 1))
-#: on CPUs a constant B (Linear's weights) is stored in panels of PANEL columns, each K x PANEL in one run of
-#: memory, and multiplied as a stack of one product per panel (`panels`): a work-item then reads its columns of
-#: each k next to the last k's, not one B row (ldb floats) further on, where long rows put every k on a new page
-#: and, rows of 3072 floats being 12 KB apart, in the same L1 set. It gains nothing where B is small and in the
-#: cache; from memory, as a classifier's 1000 x 1024 weights come after the rest of a forward, it reads them
-#: 3x as fast. Columns past the last whole panel are a second product (`ConstantB`).
-PANEL = CPU_BLOCKS[0][0]
 #: gemm_cpu's work-groups in blocks, (columns, rows), largest first: one column block wide, so that a group's
 #: work-items all read one block of B's columns (in the core's L1 or L2) and walk down A. Only these few sizes:
 #: PoCL compiles a kernel again for every new work-group size it is launched with, which takes seconds.
@@ -141,10 +132,13 @@ NO_BIAS, ROW_BIAS, COLUMN_BIAS = 0, 1, 2
 class KernelEpilogue(NamedTuple):
     """A fused operator's steps as the GEMM applies them to each value it stores: add input `add` of the fused
     operator (a tensor shaped like the output), then the activation layer `act` (an element-wise layer with an
-    OpenCL formula in cl/activations.h). None where there is no such step."""
+    OpenCL formula in cl/activations.h). None where there is no such step. Or `glu`: the columns come in pairs
+    of 16 of a gate and 16 of an up projection, and each pair stores the 16 values silu(gate) * up
+    (kuiper/opencl/gated.py); only gemm_cpu's 32-column blocks do that."""
 
     add: int | None = None
     act: object = None
+    glu: bool = False
 
     @classmethod
     def of(cls, steps: list) -> "KernelEpilogue | None":
@@ -160,7 +154,8 @@ class KernelEpilogue(NamedTuple):
 
     @property
     def options(self) -> list:
-        return (["-DADD"] if self.add is not None else []) + ([f"-DACT=act_{self.act.cl_function}"] if self.act else [])
+        return (["-DADD"] if self.add is not None else []) + ([f"-DACT=act_{self.act.cl_function}"] if self.act else []) \
+            + (["-DGLU"] if self.glu else [])
 
     def args(self, inputs: list, output) -> tuple:
         """The kernels' (residual, act_a, act_b) for a forward: `inputs` are the fused operator's."""
@@ -170,48 +165,6 @@ class KernelEpilogue(NamedTuple):
 
 
 NO_EPILOGUE = KernelEpilogue()
-
-
-def panels(b: np.ndarray) -> np.ndarray:
-    """B (K, N), N a multiple of PANEL, as N / PANEL panels of K x PANEL: B[k, p * PANEL + j] is [p, k, j]."""
-    k, n = b.shape
-    return np.ascontiguousarray(b.reshape(k, n // PANEL, PANEL).transpose(1, 0, 2))
-
-
-class ConstantB:
-    """A layer's constant B (K, N), its weights, and its bias (N values) if any, on a device: on CPUs in panels
-    (see PANEL) where N has one or more, the columns past the last whole panel after them as a K x (N % PANEL)
-    matrix of their own, else as it is. `operands` gives the Gemm calls' arguments for C = A @ B + bias."""
-
-    def __init__(self, rt, b: np.ndarray, bias: np.ndarray | None = None):
-        self.k, self.n = b.shape
-        self.panels = self.n // PANEL if rt.is_cpu else 0
-        done = self.panels * PANEL  # the columns in whole panels
-        self.buffer = rt.upload(np.concatenate([panels(b[:, :done]).ravel(), b[:, done:].ravel()])
-                                if self.panels else b)
-        self.bias = None if bias is None else rt.upload(bias)
-        # the rest's bias, as the kernel reads it from the rest's own column 0
-        self.rest_bias = rt.upload(bias[done:]) if bias is not None and self.panels and done < self.n else self.bias
-
-    def dims(self, rows: int) -> tuple:
-        """(m, n, stack) of the products as Gemm runs them (the panels', where there are), for A of `rows` rows."""
-        return (rows, PANEL, self.panels) if self.panels else (rows, self.n, 1)
-
-    def operands(self, c: Matrix) -> list:
-        """Gemm's n, k, c, b, groups and bias for each call of C = A @ B + bias into `c`: the panels, panel g
-        writing C's columns from g * PANEL (the kernel's per-column bias reads bias[g * PANEL + j]), then the
-        columns past them; or one call where B is stored as it is. A is the same for all."""
-        if not self.panels:
-            return [dict(n=self.n, k=self.k, c=c._replace(group=self.n), b=Matrix(self.buffer, self.n,
-                         group=self.k * self.n), groups=1, bias=self.bias)]
-        done, rest = self.panels * PANEL, self.n - self.panels * PANEL
-        calls = [dict(n=PANEL, k=self.k, c=c._replace(group=PANEL), b=Matrix(self.buffer, PANEL, group=self.k * PANEL),
-                      groups=self.panels, bias=self.bias)]
-        if rest:
-            calls.append(dict(n=rest, k=self.k, c=c._replace(offset=c.offset + done, group=rest),
-                              b=Matrix(self.buffer, rest, offset=self.k * done, group=self.k * rest), groups=1,
-                              bias=self.rest_bias))
-        return calls
 
 
 def tile_count(tile: tuple, m: int, n: int, stack: int) -> int:
@@ -257,23 +210,25 @@ class Gemm:
         self._split_kernels = {}  # tile -> gemm_gpu built for split-K, on first need
         self._sum_kernel = None
         self.heights = (CPU_ROWS,) if kernel_size is not None else (CPU_ROWS, *SHORT_ROWS)
+        # a GLU epilogue pairs two 16-column vectors: the 32-column blocks of gemm_cpu alone, on any device
+        self.blocks = CPU_BLOCKS[:1] if epilogue.glu else CPU_BLOCKS
         cpu = [Variant(cpu_name(block[0], taps, rows), partial(self._cpu_kernel, rows, block, taps),
                        partial(self._cpu_launch, rows, block[0]))
                for taps in ((False, True) if kernel_size is not None else (False,)) for rows in self.heights
-               for block in CPU_BLOCKS]
+               for block in self.blocks]
         gpu = [Variant(gpu_name(tile), partial(self._gpu_kernel, tile), partial(self._gpu_launch, tile))
-               for tile in GPU_TILES]
+               for tile in GPU_TILES] if not epilogue.glu else []
         # a variant's kernels by the copies the operands allow (_mma_launch), built on first need
         mma = [Variant(mma_name(tile), dict, partial(self._mma_launch, tile)) for tile in MMA_TILES] \
-            if self._has_mma() else []
-        self.gemv = Gemv(rt, epilogue, self._fits) if kernel_size is None else None
+            if self._has_mma() and not epilogue.glu else []
+        self.gemv = Gemv(rt, epilogue, self._fits) if kernel_size is None and not epilogue.glu else None
         gemv = [Variant(GEMV, None, self._gemv_launch)] if self.gemv else []
         self.variants = {v.name: v for v in cpu + gpu + mma + gemv}
         self.implicit = frozenset(gpu + mma if kernel_size is not None else ())
         self.mma = [v.name for v in mma]
         self.taps = frozenset(v for v in cpu if v.name.endswith(" taps"))
         self._tiles = None
-        self.family = variant
+        self.family = "cpu" if epilogue.glu else variant
         # with no tile whose work-group this device runs, the CPU kernel, which has no such need, stands in
         if variant == "gpu" and not self.tiles:
             self.family = "cpu"
@@ -342,14 +297,14 @@ class Gemm:
         if not features and self.rt.is_cpu:
             configured = configured_target(self.rt.device)
             features = cpu_flags() if configured is None else configured
-        return CPU_BLOCKS if "avx512f" in features else CPU_BLOCKS[1:]
+        return self.blocks if "avx512f" in features else CPU_BLOCKS[1:]
 
     def candidates(self, n: int, row: int = 0) -> list:
         """The variants able to compute products n columns wide, of a convolution's output rows `row` pixels wide
         (0: none for the taps variants): gemm_cpu's blocks no wider (the kernel needs N, or a row, >= its block)
         and the tiles the device runs."""
         cpu = [cpu_name(block[0], taps, rows) for taps, width in ((False, n), (True, row if self.taps else 0))
-               for rows in (self.heights if not taps else (CPU_ROWS,)) for block in CPU_BLOCKS
+               for rows in (self.heights if not taps else (CPU_ROWS,)) for block in self.blocks
                if block[0] <= width] if self.family != "gpu" else []
         gpu = [gpu_name(tile) for tile in self.tiles] + self.mma if self.family != "cpu" else []
         return cpu + gpu + ([GEMV] if self.family != "cpu" and self.gemv and self.gemv.runs else [])

@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 
 from kuiper.layers import linear
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, NO_EPILOGUE, ConstantB, Gemm, Matrix
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, NO_EPILOGUE, Gemm, Matrix
 from kuiper.opencl.layer import FeaturesLayer
+from kuiper.opencl.panels import ConstantB
 from kuiper.opencl.registry import opencl
 
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from kuiper.layers import multihead_attention
 from kuiper.opencl.attention import Attention
-from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, ConstantB, Matrix
+from kuiper.opencl.gemm import COLUMN_BIAS, NO_BIAS, Matrix
+from kuiper.opencl.panels import ConstantB
 from kuiper.opencl.registry import opencl
 from kuiper.opencl.runtime import DeviceTensor
 from kuiper.opencl.strided import View

@@ -15,6 +15,7 @@ from kuiper.core.variants import Variants
 from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
 from kuiper.opencl.copy_chain import CopyChain
 from kuiper.opencl.fused import FusedLayer
+from kuiper.opencl.gated import GatedLinear
 from kuiper.opencl.layer import runs_on_device
 from kuiper.opencl.replay import Replay
 from kuiper.opencl.runtime import Scratch
@@ -27,7 +28,7 @@ class OpenCLExecutor:
     name = "opencl"
     device = True
     fuses = True
-    fused_class, chain_class = FusedLayer, CopyChain  # what the passes make
+    fused_class, chain_class, gated_class = FusedLayer, CopyChain, GatedLinear  # what the passes make
 
     def __init__(self, device: str | None, schedule: str, tuning: str, where: str, precision: str = "fp32",
                  warn: bool = True):

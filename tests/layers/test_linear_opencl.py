@@ -9,7 +9,7 @@ from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_n
 from test_linear import make_linear
 
 from kuiper.opencl import gemv
-from kuiper.opencl.gemm import PANEL, panels
+from kuiper.opencl.panels import PANEL, panels
 from kuiper.opencl.gemv import GEMV, GEMV_ROWS
 
 RNG = np.random.default_rng(11)
