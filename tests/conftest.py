@@ -237,6 +237,17 @@ def assert_every_path_matches_reference(type, *inputs, threads=(1, 2, 3), rtol=1
     return checked
 
 
+def linear_weights(shapes: dict, in_features: int, seed: int, scale: float = 1.0) -> dict:
+    """Random weights for write_model: {name: (out_features, has a bias)} -> {"name.weight": ..., "name.bias": ...}."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, (out, bias) in shapes.items():
+        arrays[f"{name}.weight"] = rng.standard_normal((out, in_features), dtype=np.float32) * scale
+        if bias:
+            arrays[f"{name}.bias"] = rng.standard_normal(out, dtype=np.float32)
+    return arrays
+
+
 def write_model(tmp_path, name, text, weights):
     """A .pnnx.param from `text` and its .pnnx.bin holding `weights` ({"op.key": array}), float32."""
     import zipfile

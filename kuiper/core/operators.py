@@ -151,3 +151,14 @@ def link_successors(operators: list) -> None:
                 if consumer not in successors:
                     successors.append(consumer)
         op.successors = successors
+
+
+def rewritten(order: list, replaced: dict, absorbed: set) -> list:
+    """A pass's new operator list, linked: `order` without the operators named in `absorbed`, each named in
+    `replaced` giving way to the list of operators that stand for it there."""
+    result = []
+    for op in order:
+        if op.name not in absorbed:
+            result.extend(replaced.get(op.name, [op]))
+    link_successors(result)
+    return result

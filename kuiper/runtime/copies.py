@@ -23,7 +23,7 @@ from kuiper.layers.permute import Permute
 from kuiper.layers.reshape import ViewLayer
 from kuiper.layers.split import SplitLayer
 from kuiper.layers.transpose import Transpose
-from kuiper.core.operators import RuntimeOperator, link_successors
+from kuiper.core.operators import RuntimeOperator, rewritten
 
 MOVERS = (Permute, Transpose, ViewLayer, SplitLayer)
 
@@ -46,12 +46,7 @@ def compose(order: list, graph_ends: set, chain_class=CopyChain) -> list:
         absorbed.update(o.name for chain in chains for o, _ in chain[1:])
         source = op.input_operands[0]
         source.consumers = [c for c in source.consumers if c is not op] + replaced[op.name]
-    result = []
-    for op in order:
-        if op.name not in absorbed:
-            result.extend(replaced.get(op.name, [op]))
-    link_successors(result)
-    return result
+    return rewritten(order, replaced, absorbed)
 
 
 def _moves(op) -> bool:

@@ -15,7 +15,7 @@ and fusion passes do. Its layer is the backend's GatedLinear. The pass runs befo
 
 from __future__ import annotations
 
-from kuiper.core.operators import RuntimeOperator, link_successors
+from kuiper.core.operators import RuntimeOperator, rewritten
 from kuiper.layers.expression import Expression
 from kuiper.layers.gated import GatedLinear
 from kuiper.layers.linear import Linear
@@ -28,11 +28,9 @@ def join(order: list, graph_ends: set, gated_class=GatedLinear) -> list:
     for op in order:
         found = _gated(op, graph_ends)
         if found is not None:
-            replaced[op.name] = _operator(*found, op, gated_class)
+            replaced[op.name] = [_operator(*found, op, gated_class)]
             absorbed.update(o.name for o in found)
-    result = [replaced.get(op.name, op) for op in order if op.name not in absorbed]
-    link_successors(result)
-    return result
+    return rewritten(order, replaced, absorbed)
 
 
 def _gated(mul, graph_ends: set):

@@ -173,8 +173,9 @@ def test_kuiper_inspect_shows_the_fused_block(tiny):
     out = printed.getvalue()
     assert "at a prompt of 8 tokens" in out and "KV cache:" in out
     rows = [line.split("│")[2].strip() for line in out.splitlines() if "model.layers.0." in line]
-    assert len(rows) == 15
-    assert rows.count("Tensor.reshape+Tensor.permute") == 3
+    assert len(rows) == 13
+    assert rows.count("torch.split+Tensor.reshape+Tensor.permute") == 3  # q, k and v as one product, then cut
+    assert "nn.Linear+nn.Linear+nn.Linear" in rows
     assert "nn.Linear+nn.Linear+F.silu+pnnx.Expression" in rows  # the gated MLP's four as one
     assert rows.count("nn.Linear+pnnx.Expression") == 2                # each residual add into its Linear
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from tests.conftest import write_model
+from tests.conftest import linear_weights, write_model
 
 # j: a gated unit with biases, 32 wide; k: one without, 24 wide, its product's operands the other way round. Left
 # alone: p (its up projection reads another operand), q (the gate's SiLU is also a graph output), r (a product of
@@ -42,13 +42,7 @@ SHAPES = {"jg": (32, True), "ju": (32, True), "kg": (24, False), "ku": (24, Fals
 
 @pytest.fixture(scope="module")
 def weights():
-    rng = np.random.default_rng(4)
-    arrays = {}
-    for name, (out, bias) in SHAPES.items():
-        arrays[f"{name}.weight"] = rng.standard_normal((out, 8), dtype=np.float32) * 0.5
-        if bias:
-            arrays[f"{name}.bias"] = rng.standard_normal(out, dtype=np.float32)
-    return arrays
+    return linear_weights(SHAPES, 8, seed=4, scale=0.5)
 
 
 @pytest.fixture
