@@ -13,10 +13,12 @@ and the product in the GEMM's store on CPUs (kuiper/opencl/gated.py).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kuiper.layers.base import Layer
-from kuiper.layers.linear import Features
+from kuiper.layers.linear import Features, side_by_side
 
 
 class GatedLinear(Layer):
@@ -29,21 +31,25 @@ class GatedLinear(Layer):
         super().__init__(op)
         self.act = act
         self.in_features, self.out_features = gate.in_features, gate.out_features
-        self.weight_t = np.concatenate([gate.weight_t, up.weight_t], axis=1)
-        self.bias = None if gate.bias is None else np.concatenate([gate.bias, up.bias])
-        # the absorbed Linears keep views: the weights are held once
-        gate.weight_t, up.weight_t = self.weight_t[:, :self.out_features], self.weight_t[:, self.out_features:]
+        self.weight_t, self.bias = side_by_side([gate, up])
 
     output_shapes = Features.output_shapes  # (..., in_features) -> (..., out_features), as a Linear's
 
     def macs(self, input_shapes, output_shapes):
         return 2 * int(np.prod(output_shapes[0], dtype=np.int64)) * self.in_features
 
+    def workspace_bytes(self, input_shapes):
+        return 4 * 2 * self.out_features * math.prod(input_shapes[0][:-1])  # the product, twice the output
+
     def forward_numpy(self, inputs, outputs):
         x = inputs[0].reshape(-1, self.in_features)
-        both = np.empty((len(x), 2 * self.out_features), np.float32)
+        both = self.product_buffer(len(x))
         self.product(x, both)
         self.gate_times_up(both, outputs[0].reshape(-1, self.out_features))
+
+    def product_buffer(self, rows: int) -> np.ndarray:
+        """Where the product of `rows` rows goes: a new array at each forward here."""
+        return np.empty((rows, 2 * self.out_features), np.float32)
 
     def product(self, x: np.ndarray, both: np.ndarray) -> None:
         """Both projections of the rows of x, side by side, biases added."""

@@ -61,6 +61,18 @@ class Features(Layer):
             out += self.bias
 
 
+def side_by_side(linears: list) -> tuple:
+    """The W^T of Linears on one input joined along their outputs, (in, sum of out), and their biases joined (None
+    where they have none), for the graph passes that make them one product (runtime/gated.py, siblings.py). Each
+    Linear then reads its W^T as a view of the joined matrix: the weights are held once."""
+    weight_t = np.concatenate([lin.weight_t for lin in linears], axis=1)
+    bias = None if linears[0].bias is None else np.concatenate([lin.bias for lin in linears])
+    start = 0
+    for lin in linears:
+        lin.weight_t, start = weight_t[:, start:start + lin.out_features], start + lin.out_features
+    return weight_t, bias
+
+
 @register("nn.Linear")
 class Linear(Features):
     def __init__(self, op):

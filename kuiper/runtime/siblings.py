@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
-
 from kuiper.core.operators import RuntimeOperand, RuntimeOperator, rewritten
 from kuiper.layers.base import Layer
-from kuiper.layers.linear import Linear
+from kuiper.layers.linear import Linear, side_by_side
 from kuiper.layers.permute import Permute
 from kuiper.layers.reshape import ViewLayer
 from kuiper.layers.split import SplitLayer
@@ -76,12 +74,8 @@ def _operators(group: list, source) -> list:
     layers = [op.layer for op in group]
     layer = copy.copy(layers[0])
     layer.op = joined
-    layer.weight_t = np.concatenate([lin.weight_t for lin in layers], axis=1)
-    layer.bias = None if layers[0].bias is None else np.concatenate([lin.bias for lin in layers])
+    layer.weight_t, layer.bias = side_by_side(layers)
     layer.out_features = layer.weight_t.shape[1]
-    start = 0
-    for lin in layers:  # the absorbed Linears keep views: the weights are held once
-        lin.weight_t, start = layer.weight_t[:, start:start + lin.out_features], start + lin.out_features
     shape = first.output_operand.shape
     whole = RuntimeOperand(f"{first.name}.joined", None if shape is None else (*shape[:-1], layer.out_features),
                            first.output_operand.dtype)
