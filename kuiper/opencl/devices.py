@@ -153,6 +153,16 @@ def is_cpu(device) -> bool:
     return bool(device.type & _cl().device_type.CPU)
 
 
+def across_bus(device) -> bool:
+    """Whether the device has memory of its own, apart from the host's (a discrete GPU): uploads cross a bus."""
+    if is_cpu(device):
+        return False
+    try:
+        return not device.host_unified_memory
+    except Exception:  # a driver that no longer answers the OpenCL 1.x query: take its memory as shared
+        return False
+
+
 def tensor_cores(device) -> bool:
     """Whether cl/gemm_mma.cl runs here: an NVIDIA GPU of compute capability 8.0 or newer (mma.sync on half),
     whose OpenCL compiler takes inline PTX. The compute capability comes from cl_nv_device_attribute_query."""

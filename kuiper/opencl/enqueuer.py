@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kuiper.opencl import pinned
 from kuiper.opencl.runtime import OpenCLRuntime, Scratch, _cl
 
 
@@ -81,7 +82,14 @@ class Enqueuer:
     def write(self, buffer, array: np.ndarray):
         """Upload a host array without waiting (the final blocking read orders everything after it)."""
         self.live = True  # host data: another forward would upload other values
-        return self._issued(_cl().enqueue_copy(self.queue, buffer, array, is_blocking=False, wait_for=self._wait))
+        uploads = self.runtime.pinned
+        if uploads is None or array.nbytes < pinned.SMALLEST:
+            return self._issued(_cl().enqueue_copy(self.queue, buffer, array, is_blocking=False, wait_for=self._wait))
+        events = uploads.write(self.queue, buffer, array, self._wait)
+        self._current.extend(events)
+        if self.levels:  # what follows waits for every chunk
+            self._wait = self._done[self._op] = events
+        return events[-1]
 
     def run_on_host(self, layer, inputs: list, outputs: list) -> None:
         """An operator with no OpenCL forward: download its inputs, run numpy, upload its outputs."""

@@ -25,7 +25,8 @@ import numpy as np
 from kuiper.core.errors import BackendError, KernelBuildError
 from kuiper.opencl import binaries
 from kuiper.core.shipped import shipped
-from kuiper.opencl.devices import build_program, half_probe, is_cpu, select_device, target_features
+from kuiper.opencl.devices import across_bus, build_program, half_probe, is_cpu, select_device, target_features
+from kuiper.opencl.pinned import PinnedUploads
 from kuiper.core.tensor import Tensor, normalize_shape
 
 CL_DIR = shipped("cl")
@@ -84,6 +85,7 @@ class OpenCLRuntime:
         self._views = {"fp32": self}
         self.pool = BufferPool(self)
         self.scratch = {}  # role -> the Scratch that every operator takes for it (Enqueuer.scratch)
+        self.pinned = PinnedUploads(self) if across_bus(device) else None  # large uploads' staging (pinned.py)
 
     @property
     def is_cpu(self) -> bool:

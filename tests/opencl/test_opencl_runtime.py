@@ -6,6 +6,7 @@ import sys
 from types import SimpleNamespace
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import kuiper
@@ -123,6 +124,30 @@ def test_operators_share_the_runtimes_scratch(cl_runtime, levels):
     assert q.scratch(role, 8000) is cl_runtime.scratch[role].buffer is not buffer
     assert cl_runtime.scratch[role].nbytes >= 8000
     q.finish()
+
+
+@pytest.mark.parametrize("levels", [False, True])
+def test_pinned_uploads_land_whole_and_reuse_their_memory(cl_runtime, monkeypatch, levels):
+    """Large uploads to a GPU go through page-locked memory in chunks (kuiper/opencl/pinned.py). Here on every
+    device, with chunks of 1 KB: arrays that end mid-chunk, one that wraps the staging buffer back to its start
+    (once the transfers before have finished) and one larger than it (a new buffer)."""
+    monkeypatch.setattr(opencl.pinned, "CHUNK", 1024)
+    monkeypatch.setattr(opencl.pinned, "SMALLEST", 256)
+    monkeypatch.setattr(cl_runtime, "pinned", opencl.pinned.PinnedUploads(cl_runtime, threads=2))
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(n).astype(np.float32) for n in (3 * 256 + 5, 10, 700, 2000, 5000)]
+    buffers = [cl_runtime.allocate(a.nbytes) for a in arrays]
+    q = opencl.Enqueuer(cl_runtime, levels=levels)
+    for i, (buffer, array) in enumerate(zip(buffers, arrays)):
+        q.begin(SimpleNamespace(name=f"input {i}"), ())
+        q.write(buffer, array)
+    assert [len(q.events[f"input {i}"]) for i in range(len(arrays))] == [4, 1, 3, 8, 20]  # 10 floats: direct
+    assert cl_runtime.pinned._host.nbytes == 32768  # 20000 bytes, rounded up to a power of two
+    q.finish()
+    for buffer, array in zip(buffers, arrays):
+        back = np.empty_like(array)
+        cl.enqueue_copy(cl_runtime.queue, back, buffer)
+        np.testing.assert_array_equal(back, array)
 
 
 def test_no_platform_is_a_backend_error_with_a_hint():
