@@ -11,6 +11,7 @@
 // contiguous, as B lies in global memory. Local rows are padded so that the 32 lanes' reads of one fragment fall
 // in 32 different banks. With -DVEC_A (-DVEC_B), which the host sets where the operand's rows and offsets are
 // multiples of 16 bytes, the copies move 16 bytes a work-item; else an element (implicit im2col's B always).
+// A's rows may end mid-vector (K any): the last vector of a row is read element by element.
 // While the warps multiply one step's tiles, each work-item already holds the next step's elements in
 // registers (loaded before the products), so that global memory's latency hides behind the tensor cores' work.
 //
@@ -88,6 +89,20 @@ inline raw_t im2col_at(const __global raw_t* b, int k, int K, int n, int N, int 
 }
 #endif
 
+#ifdef VEC_A
+// the 16 bytes of a row of A from k, past K zero: K need not be a multiple of VEC (a convolution's 3 x 7 x 7)
+inline vec_t a_tail(const __global raw_t* row, int k, int K) {
+    raw_t e[VEC];
+    _Pragma("unroll")
+    for (int i = 0; i < VEC; ++i) e[i] = k + i < K ? row[k + i] : 0;
+#ifdef KUIPER_TF32
+    return (vec_t)(e[0], e[1], e[2], e[3]);
+#else
+    return (vec_t)(e[0] | (uint)e[1] << 16, e[2] | (uint)e[3] << 16, e[4] | (uint)e[5] << 16, e[6] | (uint)e[7] << 16);
+#endif
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void gemm_mma(__global store_t* restrict C, __global const store_t* restrict A, __global const store_t* restrict B,
               __global const store_t* restrict bias, const int bias_mode, EPILOGUE_ARGS, const int M, const int N,
@@ -118,7 +133,8 @@ void gemm_mma(__global store_t* restrict C, __global const store_t* restrict A, 
     _Pragma("unroll")                                                                                      \
     for (int e = 0; e < A_VECS; ++e) {                                                                     \
         const int m = m0 + ar + e * A_ROWS, k = (k0) + ak;                                                  \
-        next_a[e] = m < M && k < K ? *(const __global vec_t*)(a + (long)m * lda + k) : (vec_t)0;          \
+        next_a[e] = m < M && k + VEC <= K ? *(const __global vec_t*)(a + (long)m * lda + k)                \
+                  : m < M && k < K ? a_tail(a + (long)m * lda, k, K) : (vec_t)0;                           \
     }
 #define STORE_A()                                                                                          \
     _Pragma("unroll")                                                                                      \

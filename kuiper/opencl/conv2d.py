@@ -105,7 +105,10 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
         self.gemm = Gemm(rt, kernel_size=None if self.pointwise else self.kernel_size, epilogue=self.cl_epilogue)
         self.winograd = WinogradConv(rt, self) if winograd_applies(self) else None
         self.variants = self.gemm.choices(self.gemm_dims, "conv.cl", other=self.winograd)
-        self.cl_weight = rt.upload(self.w_gemm)
+        # rows of 16-byte multiples, which tensor-core variants copy 16 bytes at a time (the stem's 3 x 7 x 7)
+        k, vec = self.w_gemm.shape[2], 16 // rt.storage.itemsize
+        self.cl_ld = -(-k // vec) * vec if self.gemm.mma else k
+        self.cl_weight = rt.upload(np.pad(self.w_gemm, ((0, 0), (0, 0), (0, self.cl_ld - k))))
         if not self.pointwise:  # for the GEMM variants that read a column matrix, not the images
             self.cl_im2col = rt.kernel("conv.cl", "im2col")
             self.cl_whole_rows = rt.is_cpu  # im2col's work-items: whole output rows on CPUs, pixels on GPUs
@@ -134,7 +137,7 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
         # inputs past the first are the tensors a fused epilogue adds
         bias = dict(bias=self.cl_bias, bias_mode=NO_BIAS if self.cl_bias is None else ROW_BIAS,
                     epilogue=self.cl_epilogue.args(inputs, y))
-        weights = Matrix(self.cl_weight, k, group=cout_g * k)
+        weights = Matrix(self.cl_weight, self.cl_ld, group=cout_g * self.cl_ld)
         out = Matrix(y.buffer, ho * wo, group=cout_g * ho * wo, item=cout * ho * wo)
         variant = self.variants.pick(tuple(t.shape for t in inputs))
         if self.winograd is not None and variant in self.winograd.variants:

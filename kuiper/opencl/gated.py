@@ -40,7 +40,7 @@ class GatedLinear(OpenCLLayer, gated.GatedLinear):
         self.gemm = Gemm(rt, epilogue=KernelEpilogue(glu=self.glu))
         self.cl_weight_t = ConstantB(rt, weight_t, bias)
         self.cl_finish = None if self.glu else rt.kernel("activation.cl", "gate_times_up", ["-DACT=act_silu"])
-        self.variants = self.gemm.choices(self.gemm_dims)
+        self.variants = self.gemm.choices(self.gemm_dims, k=self.cl_weight_t.k)
 
     def forward_opencl(self, q, inputs, outputs):
         y = outputs[0]

@@ -107,6 +107,10 @@ GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 #: with a tile for every other compute unit at least; a product with fewer keeps gemm_gpu, whose split-K fills the
 #: device. Where Winograd's rule takes a 3x3 convolution it runs F(2x2) with these tiles (kuiper/opencl/winograd.py).
 MMA_TILES = ((2, 4, 4, 4), (2, 2, 2, 4))
+#: ... except a product of a few rows (more than gemv takes) and a K no longer than this, which the smallest tile
+#: computes however few its tiles: on an H200 at fp16, 16-64 rows by K = 512-896, 2-3x faster than gemm_gpu
+#: (ResNet-18's classifier at batch 32, a 0.5B language model's projections but its down_proj); at K = 4864 slower
+MMA_SHORT_K = 1024
 #: the precisions gemm_mma multiplies at: half storage, and float storage rounded to TF32 (cl/gemm_mma.cl)
 MMA_PRECISIONS = ("fp16", "tf32")
 
@@ -256,12 +260,12 @@ class Gemm:
                     kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device))
         return group <= limit
 
-    def rule(self, m: int, n: int, stack: int, row: int = 0) -> str:
+    def rule(self, m: int, n: int, stack: int, row: int = 0, k: int | None = None) -> str:
         """The variant for `stack` products (m, k) @ (k, n) by rule: on CPUs gemm_cpu with the widest block no
         wider than n, or for a convolution whose taps blocks run along rows of `row` columns (0 where the taps
         variants do not apply) a taps variant from TAPS_MIN_BLOCK columns (see there); elsewhere gemm_gpu with
         the tiles of _gpu_tiles (gemm_cpu where the device runs none), or gemv for a plain product of at most
-        GEMV_MAX_ROWS rows."""
+        GEMV_MAX_ROWS rows; on tensor cores gemm_mma (MMA_TILES, MMA_SHORT_K: k, where a layer's K is fixed)."""
         family = self.family or ("cpu" if self.rt.is_cpu else "gpu")
         if family == "gpu" and m <= GEMV_MAX_ROWS and self.gemv and self.gemv.runs:
             return GEMV
@@ -271,6 +275,8 @@ class Gemm:
                 tm, tn = mma_dims(tile)
                 if m >= tm and 2 * n > tn and 2 * tile_count((tm, tn), m, n, stack) >= units:
                     return mma_name(tile)
+            if k is not None and k <= MMA_SHORT_K and m > GEMV_MAX_ROWS:
+                return mma_name(MMA_TILES[-1])
         if family == "gpu" and self.tiles:
             return gpu_name(self._gpu_tiles(m, n, stack))
         if self.taps and row >= TAPS_MIN_BLOCK:
@@ -309,10 +315,10 @@ class Gemm:
         gpu = [gpu_name(tile) for tile in self.tiles] + self.mma if self.family != "cpu" else []
         return cpu + gpu + ([GEMV] if self.family != "cpu" and self.gemv and self.gemv.runs else [])
 
-    def choices(self, dims, *files, other=None) -> Variants:
+    def choices(self, dims, *files, other=None, k: int | None = None) -> Variants:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
         dims(shapes) = (m, n, stack), or (m, n, stack, row) for a convolution (see rule); `files` names its
-        other kernel files, which its time depends on too.
+        other kernel files, which its time depends on too; k: the products' K, where the layer fixes it.
 
         other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), more candidates:
         its `variants`, built from its kernel `file`, of which the rule takes other.preferred(shapes) if any."""
@@ -323,7 +329,7 @@ class Gemm:
             files.append(other.file)
 
         def rule(shapes):
-            return (other and other.preferred(shapes)) or self.rule(*dims(shapes))
+            return (other and other.preferred(shapes)) or self.rule(*dims(shapes), k=k)
 
         def candidates(shapes):
             _, n, _, *row = dims(shapes)
@@ -411,10 +417,10 @@ class Gemm:
 
     def _mma_launch(self, tile, q, kernels: dict, m: int, n: int, stack: int, args: tuple, image: tuple):
         (tm, tn), threads = mma_dims(tile), 32 * tile[0] * tile[1]
-        # an operand is copied 16 bytes at a time where its rows, K or N and every matrix's offset are multiples
-        # of 16 bytes (implicit im2col's B never)
+        # an operand is copied 16 bytes at a time where its rows (and N for B) and every matrix's offset are
+        # multiples of 16 bytes (implicit im2col's B never); A's rows may end mid-vector (K any)
         vec = 16 // self.rt.storage.itemsize
-        a = args[10], args[11], args[15], args[18], args[21]  # K, lda, the offset, the group and item strides
+        a = args[11], args[15], args[18], args[21]  # lda, the offset, the group and item strides
         b = n, args[12], args[16], args[19], args[22]
         copies = tuple(name for name, sizes in (("VEC_A", a), ("VEC_B", () if image else b))
                        if sizes and all(v % vec == 0 for v in sizes))

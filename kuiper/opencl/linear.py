@@ -30,7 +30,7 @@ class Linear(FeaturesLayer, linear.Linear):
     def build_opencl(self, rt):
         self.gemm = Gemm(rt, epilogue=self.cl_epilogue)
         self.cl_weight_t = ConstantB(rt, self.weight_t, self.bias)  # on CPUs in panels, one product each
-        self.variants = self.gemm.choices(self.gemm_dims)
+        self.variants = self.gemm.choices(self.gemm_dims, k=self.cl_weight_t.k)
 
     def forward_opencl(self, q, inputs, outputs):
         y = outputs[0]

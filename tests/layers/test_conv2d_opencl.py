@@ -262,3 +262,19 @@ pnnx.Output              out     1 0 y
     expected = kuiper.load(path, backend="reference").forward(x, r)[0]
     np.testing.assert_allclose(graph.forward(x, r)[0], expected, rtol=1e-4, atol=1e-4)
     assert set(fused.main.variants.chosen.values()) == {"cpu 6x32 taps"}  # no other shape key came up
+
+
+def test_weight_rows_padded_for_tensor_cores_serve_every_variant(cl_runtime, monkeypatch):
+    """Where tensor cores copy the weights 16 bytes at a time, a GPU's weight rows are padded to 16 bytes (the
+    stem's 3 x 7 x 7 = 147 columns): every variant reads them so. As if this device had tensor cores, the
+    others here (gemm_mma itself runs on NVIDIA GPUs alone)."""
+    monkeypatch.setattr(kuiper.opencl.gemm.Gemm, "_has_mma", lambda self: True)
+    layer, _, _ = make_conv(RNG, in_channels=3, out_channels=8, kernel_size=7, stride=2, padding=3,
+                            input_shape=(2, 3, 20, 18))
+    x = RNG.standard_normal((2, 3, 20, 18)).astype(np.float32)
+    twin = on_opencl(layer)
+    twin.build_opencl(cl_runtime)
+    assert twin.cl_ld == 148  # float32: rows of 4-float multiples
+    for name in twin.variants.candidates((x.shape,)):
+        if not name.startswith("mma"):
+            assert_opencl_matches_numpy(layer, cl_runtime, x, variant=name)

@@ -136,6 +136,21 @@ def test_the_rule_follows_the_device_and_the_product(cl_runtime):
     assert on_gpus.rule(GEMV_MAX_ROWS + 1, 1, 1) == f"gpu {gemm.tiles[-1][0]}x{gemm.tiles[-1][1]}"  # the smallest
 
 
+def test_tensor_cores_take_products_that_fill_a_tile_or_have_a_short_k(cl_runtime, monkeypatch):
+    """gemm_mma (as if this device had tensor cores: the rule's logic, no kernel runs): the largest tile the
+    product fills, with a tile for every other compute unit; few rows, where the layer's K is short, the smallest
+    (MMA_SHORT_K); else gemm_gpu, and gemv for very few rows."""
+    monkeypatch.setattr(Gemm, "_has_mma", lambda self: True)
+    gemm, units = Gemm(cl_runtime, "gpu"), cl_runtime.device.max_compute_units
+    small, large = gemm_module.mma_name(gemm_module.MMA_TILES[-1]), gemm_module.mma_name(gemm_module.MMA_TILES[0])
+    assert gemm.rule(128, 128 * units, 1) == large
+    assert gemm.rule(64, 64 * units, 1) == small
+    assert gemm.rule(32, 1000, 1, k=512) == small  # ResNet-18's classifier at batch 32
+    assert gemm.rule(16, 896, 1, k=gemm_module.MMA_SHORT_K + 1).startswith("gpu ")
+    assert gemm.rule(32, 1000, 1).startswith("gpu ")  # K unknown (a MatMul's)
+    assert gemm.rule(GEMV_MAX_ROWS, 1000, 1, k=512) == GEMV
+
+
 def test_cpu_work_groups_follow_the_products_rows(cl_runtime):
     """Tall groups share B's columns down many rows of A; a product of few row blocks gets groups as wide as it
     is short, not groups whose work-items mostly return at once; too few groups for the cores: smaller ones."""
