@@ -180,6 +180,36 @@ __kernel OWN_LANES void pool2d_rows(__global store_t* restrict y, __global const
         }
     }
 }
+
+#ifndef AVG
+// Max pooling on GPUs, for one window built in (as pool2d_rows): work-item i computes element i of the flat
+// (planes, out_h, out_w) output, so that neighbouring work-items write neighbouring addresses, its taps
+// unrolled (about three times faster than max_pool2d's loops over the window on an H200). Global size: the
+// output's size, rounded up to the work-group's.
+__kernel void max_pool2d_window(__global store_t* restrict y, __global const store_t* restrict x, const int total,
+                                const int height, const int width, const int out_h, const int out_w,
+                                const int pad_h, const int pad_w) {
+    const int i = get_global_id(0);
+    if (i >= total) return;
+    const int3 at = output_position(i, out_h, out_w);
+    const __global store_t* plane = x + (long)at.z * height * width;
+    const int top = at.y * SH - pad_h, left = at.x * SW - pad_w;
+    float best = -INFINITY;
+    #pragma unroll
+    for (int kh = 0; kh < KH; ++kh) {
+        const int h = top + kh * DH;
+        #pragma unroll
+        for (int kw = 0; kw < KW; ++kw) {
+            const int w = left + kw * DW;
+            if (h >= 0 && h < height && w >= 0 && w < width) {
+                const float v = LOAD(plane, h * width + w);
+                if (takes_over(v, best)) best = v;
+            }
+        }
+    }
+    STORE(y, i, best);
+}
+#endif
 #endif
 
 // The window's sum as numpy adds it, so the sums are bit-identical: each row's taps, then the rows; divided by

@@ -81,12 +81,15 @@ def test_avg_pool_rows_of_many_outputs_opencl(cl_runtime, kernel, stride, paddin
     assert_opencl_matches_numpy(layer, cl_runtime, x)
 
 
-@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("kind", ["max", "max dilated", "avg"])
 def test_the_other_device_kinds_work_split_is_right_too(cl_runtime, monkeypatch, kind):
-    """A work-item per output row on CPUs, per output on GPUs: each split on the other kind of device."""
+    """A work-item per output row on CPUs, per output on GPUs (max pooling's built for its window): each split on
+    the other kind of device; dilated windows that miss the input (-inf) and NaNs among the inputs too."""
     monkeypatch.setattr(cl_runtime, "is_cpu", not cl_runtime.is_cpu)
     shape, kernel, stride, padding, _, ceil_mode = LARGE_MAX
     x = RNG.standard_normal(shape).astype(np.float32)
+    x[1, 2, 5, 6:9] = np.nan
     layer = (max_pool(shape, kernel, stride, padding, (1, 1), ceil_mode) if kind == "max"
+             else max_pool(shape, kernel, (1, 2), padding, (3, 3), ceil_mode) if kind == "max dilated"
              else avg_pool(shape, kernel, stride, padding, ceil_mode, False, None))
-    assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0 if kind == "max" else 1e-4)
+    assert_opencl_matches_numpy(layer, cl_runtime, x, rtol=0 if kind != "avg" else 1e-4)
