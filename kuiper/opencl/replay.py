@@ -44,7 +44,7 @@ class Replay:
                 self.steps.append((cl.enqueue_nd_range_kernel, (bound, global_size, local_size, offset), args))
             else:
                 dest, src, nbytes, dest_offset, src_offset = what
-                self.steps.append((_copy, (dest, src, nbytes, dest_offset, src_offset), ()))
+                self.steps.append((buffer_copy, (src, dest, nbytes, src_offset, dest_offset), ()))
 
     def __len__(self):
         return len(self.steps)
@@ -71,5 +71,11 @@ def stale_recordings() -> None:
     Variants.changes += 1
 
 
-def _copy(queue, dest, src, nbytes, dest_offset, src_offset):
-    _cl().enqueue_copy(queue, dest, src, byte_count=nbytes, dst_offset=dest_offset, src_offset=src_offset)
+def buffer_copy(queue, src, dest, nbytes, src_offset, dest_offset):
+    """A device-to-device copy enqueued through pyopencl's own binding of clEnqueueCopyBuffer: its public
+    enqueue_copy first asks both buffers their type, and a decode step's copies paid 2-4 us each for that (a
+    language model's on a GPU: 96 copies a token, each launch what bounds the step)."""
+    copy = getattr(_cl()._cl, "_enqueue_copy_buffer", None)
+    if copy is None:  # a pyopencl without it
+        return _cl().enqueue_copy(queue, dest, src, byte_count=nbytes, dst_offset=dest_offset, src_offset=src_offset)
+    return copy(queue, src, dest, nbytes, src_offset, dest_offset)
