@@ -22,8 +22,9 @@ once per forward (kuiper/opencl/indices.py), and its upload is shared by every l
 
 A model's pages (use_pool, then use before each forward) make the layer replayable (kuiper/opencl/replay.py):
 its launches then follow the shapes alone. Each layer keeps a buffer of its own, sized for the pool, which
-`refresh_opencl` fills with the next forward's layout before the recorded launches run, and the attention's
-work-group is the largest, whatever the positions. The positions are not read back: the model makes them and the
+`refresh_opencl` fills with the next forward's layout before the recorded launches run (in order, the first
+layer of a forward alone: the others read its buffer), and the attention's work-group is the largest, whatever
+the positions. The positions are not read back: the model makes them and the
 layout together (kuiper/llm/model.py), and the layout's own positions are checked against max_positions.
 
 The cache belongs to the runtime the layer was built for; built for another (another device, or the same at
@@ -62,6 +63,8 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         self.cl_runtime = None  # the runtime the kernels and the pool belong to
         self.cl_slots = 0       # slots per buffer of the pool
         self.cl_pages = None    # a model's layouts, one after another, for replayed launches (refresh_opencl)
+        self.cl_reading = None  # the buffer holding this forward's layout: cl_pages, or an earlier layer's
+        self.cl_holds = None    # the layout cl_pages holds
 
     @property
     def replayable(self) -> bool:
@@ -70,13 +73,21 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
 
     def use_pool(self, blocks: int) -> None:
         super().use_pool(blocks)
-        self.cl_pages = None
+        self.cl_pages = self.cl_holds = None
         stale_recordings()  # recorded forwards read the pool and pages the layer had before
 
     def refresh_opencl(self, q) -> None:
         """Before each forward, recorded or replayed: the layout's slots, ends and tables into `cl_pages`, made
-        for the pool at the first (a token takes a slot, a table at most every block: 3 ints a slot, 1 a block)."""
+        for the pool at the first (a token takes a slot, a table at most every block: 3 ints a slot, 1 a block).
+        In order, the first layer of the forward to meet the layout uploads it, and the model's other layers read
+        that layer's buffer (`cl_reading`): one upload a step, not one a layer (a GPU's decode step is bound by
+        its launches and uploads). The levelized schedule orders a layer's kernels after its own upload alone."""
         if not self.replayable:
+            return
+        key = ("pages", self.cl_runtime)
+        uploader = None if q.levels else self.layout.device.get(key)
+        if uploader is not None and uploader.cl_holds is self.layout:  # (not overwritten by another layout since)
+            self.cl_reading = uploader.cl_pages
             return
         capacity = 4 * (3 * BLOCK_SIZE + 1) * self.pool_blocks
         if self.cl_pages is None:
@@ -87,6 +98,9 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
                              f"and {self.layout.tables.size} table entries does not fit a pool of "
                              f"{self.pool_blocks} blocks")
         q.write(self.cl_pages, array)
+        self.cl_holds, self.cl_reading = self.layout, self.cl_pages
+        if not q.levels:
+            self.layout.device[key] = self
 
     @staticmethod
     def layout_array(layout) -> np.ndarray:
@@ -125,7 +139,7 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         own buffer with a model's pages, else one uploaded once per layout and runtime."""
         tokens = layout.slots.size
         if self.replayable:
-            return self.cl_pages, tokens, 2 * tokens, 3 * tokens
+            return self.cl_reading, tokens, 2 * tokens, 3 * tokens
         found = layout.device.get(self.cl_runtime)
         if found is None:
             found = layout.device[self.cl_runtime] = (self.cl_runtime.upload(self.layout_array(layout)), tokens,

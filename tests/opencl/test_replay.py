@@ -7,6 +7,7 @@ import pytest
 
 import kuiper
 from conftest import model_cases, model_names, model_paths
+from kuiper import opencl
 from kuiper.opencl.devices import spec_of
 from kuiper.opencl.layer import OpenCLLayer
 
@@ -119,7 +120,7 @@ def test_a_variant_chosen_anew_is_recorded_anew(cl_runtime):
 
 def test_a_decode_step_replays_its_attention_over_the_pages(cl_runtime, monkeypatch):
     """A language model's attention layers hold its pool and page layouts: a replayed step refreshes the layout
-    they read and walks none of them, and the greedy tokens stay numpy's."""
+    they read, uploaded once for all of them, and walks none of them, and the greedy tokens stay numpy's."""
     import kuiper.llm
     from conftest import MODELS
 
@@ -135,5 +136,12 @@ def test_a_decode_step_replays_its_attention_over_the_pages(cl_runtime, monkeypa
         monkeypatch.setattr(layer, "forward_opencl", lambda *args: pytest.fail("a replayed attention walked"))
         refresh = layer.refresh_opencl
         monkeypatch.setattr(layer, "refresh_opencl", lambda q, refresh=refresh: refreshed.append(1) or refresh(q))
+    uploads = []
+    write = opencl.Enqueuer.write
+    monkeypatch.setattr(opencl.Enqueuer, "write", lambda q, buffer, array: uploads.append(buffer) or write(q, buffer,
+                                                                                                        array))
     assert list(lm.tokens(ids, 12)) == expected
     assert len(refreshed) == 12 * len(lm.attention)  # the prefill and 11 decode steps
+    pages = [layer.cl_pages for layer in lm.attention]
+    assert len(lm.attention) > 1 and pages[1] is None  # the first layer's buffer serves every layer
+    assert sum(buffer is pages[0] for buffer in uploads) == 12  # one upload of the layout a step
