@@ -5,7 +5,7 @@ page-locked memory in one thread, then the DMA engine moves it, and the copy bou
 input at batch 32, 19.3 MB: 1.25 ms on an H200, 15 GB/s, where the bus takes 54 GB/s from page-locked memory).
 `PinnedUploads` keeps a page-locked buffer of its own, mapped once, copies an array into it in chunks from a
 few threads, and enqueues each chunk's DMA as soon as its copy is done, so that the copies share the cores and
-overlap the bus (0.92 ms). Only for large arrays: a chunk's thread hand-off costs tens of microseconds.
+overlap the bus (0.92 ms). Only for arrays of a chunk or more: smaller ones gain nothing from the threads.
 
 The memory is reused: before a new upload overwrites a region, the transfers still reading it are waited
 for (a forward finishes its queue before it returns, so that wait is normally empty).
