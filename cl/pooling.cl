@@ -184,7 +184,7 @@ __kernel OWN_LANES void pool2d_rows(__global store_t* restrict y, __global const
 #ifndef AVG
 // Max pooling on GPUs, for one window built in (as pool2d_rows): work-item i computes element i of the flat
 // (planes, out_h, out_w) output, so that neighbouring work-items write neighbouring addresses, its taps
-// unrolled (about three times faster than max_pool2d's loops over the window on an H200). Global size: the
+// unrolled where max_pool2d loops over a window it reads as arguments (docs/tuning.md). Global size: the
 // output's size, rounded up to the work-group's.
 __kernel void max_pool2d_window(__global store_t* restrict y, __global const store_t* restrict x, const int total,
                                 const int height, const int width, const int out_h, const int out_w,

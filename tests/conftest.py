@@ -248,6 +248,16 @@ def linear_weights(shapes: dict, in_features: int, seed: int, scale: float = 1.0
     return arrays
 
 
+def assert_forwards_match(graph, expected, rows, in_features: int, seed: int) -> None:
+    """graph.forward of random (1, r, in_features) inputs, for each r of `rows`, against expected(x): a list of the
+    graph's outputs computed by numpy."""
+    rng = np.random.default_rng(seed)
+    for r in rows:
+        x = rng.standard_normal((1, r, in_features), dtype=np.float32)
+        for got, want in zip(graph.forward(x), expected(x)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def write_model(tmp_path, name, text, weights):
     """A .pnnx.param from `text` and its .pnnx.bin holding `weights` ({"op.key": array}), float32."""
     import zipfile

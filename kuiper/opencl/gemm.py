@@ -108,8 +108,8 @@ GPU_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 4, 4))
 #: device. Where Winograd's rule takes a 3x3 convolution it runs F(2x2) with these tiles (kuiper/opencl/winograd.py).
 MMA_TILES = ((2, 4, 4, 4), (2, 2, 2, 4))
 #: ... except a product of a few rows (more than gemv takes) and a K no longer than this, which the smallest tile
-#: computes however few its tiles: on an H200 at fp16, 16-64 rows by K = 512-896, 2-3x faster than gemm_gpu
-#: (ResNet-18's classifier at batch 32, a 0.5B language model's projections but its down_proj); at K = 4864 slower
+#: computes however few its tiles: tensor cores outrun gemm_gpu there even with most of the device idle, while
+#: a long K on few tiles serializes (docs/opencl-kernels.md#tensor-cores-on-nvidia)
 MMA_SHORT_K = 1024
 #: the precisions gemm_mma multiplies at: half storage, and float storage rounded to TF32 (cl/gemm_mma.cl)
 MMA_PRECISIONS = ("fp16", "tf32")

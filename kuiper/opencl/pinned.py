@@ -1,11 +1,11 @@
 """Uploads through page-locked host memory, for a GPU across a bus.
 
 A write from an ordinary numpy array goes through the driver's own staging: it copies the array into
-page-locked memory in one thread, then the DMA engine moves it, and the copy bounds the rate (ResNet-18's
-input at batch 32, 19.3 MB: 1.25 ms on an H200, 15 GB/s, where the bus takes 54 GB/s from page-locked memory).
+page-locked memory in one thread, then the DMA engine moves it, and that copy, not the bus, bounds the rate.
 `PinnedUploads` keeps a page-locked buffer of its own, mapped once, copies an array into it in chunks from a
 few threads, and enqueues each chunk's DMA as soon as its copy is done, so that the copies share the cores and
-overlap the bus (0.92 ms). Only for arrays of a chunk or more: smaller ones gain nothing from the threads.
+overlap the bus (measured in docs/runtime.md). Only for arrays of a chunk or more: smaller ones gain nothing
+from the threads.
 
 The memory is reused: before a new upload overwrites a region, the transfers still reading it are waited
 for (a forward finishes its queue before it returns, so that wait is normally empty).

@@ -23,7 +23,8 @@ ROW_LANES = 8
 #: the widest run of input columns (ROW_LANES - 1 strides plus one window) pool2d_rows holds in registers;
 #: wider windows take max_pool2d or avg_pool2d
 MAX_ROW_SPAN = 64
-#: work-items a group of max_pool2d_window (on an H200: 128 ran 0.042 ms at ResNet-18's batch 32, 64 0.068)
+#: work-items a group of max_pool2d_window: 64 left an NVIDIA GPU's ResNet-18 pool half again as slow
+#: (docs/tuning.md)
 WINDOW_GROUP = 128
 
 

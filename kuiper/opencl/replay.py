@@ -33,6 +33,9 @@ class Replay:
 
     def __init__(self, rt, recording: list, variants_changes: int):
         cl = _cl()
+        # pyopencl's own binding of clEnqueueCopyBuffer where it has one: its public enqueue_copy first asks both
+        # buffers their type, a cost each copy of a GPU's decode step pays (docs/performance.md)
+        copy = getattr(cl._cl, "_enqueue_copy_buffer", None) or _copy
         self.variants_changes = variants_changes  # Variants.changes when the recording began
         self.steps = []
         for kind, *what in recording:
@@ -44,7 +47,7 @@ class Replay:
                 self.steps.append((cl.enqueue_nd_range_kernel, (bound, global_size, local_size, offset), args))
             else:
                 dest, src, nbytes, dest_offset, src_offset = what
-                self.steps.append((buffer_copy, (src, dest, nbytes, src_offset, dest_offset), ()))
+                self.steps.append((copy, (src, dest, nbytes, src_offset, dest_offset), ()))
 
     def __len__(self):
         return len(self.steps)
@@ -71,11 +74,6 @@ def stale_recordings() -> None:
     Variants.changes += 1
 
 
-def buffer_copy(queue, src, dest, nbytes, src_offset, dest_offset):
-    """A device-to-device copy enqueued through pyopencl's own binding of clEnqueueCopyBuffer: its public
-    enqueue_copy first asks both buffers their type, and a decode step's copies paid 2-4 us each for that (a
-    language model's on a GPU: 96 copies a token, each launch what bounds the step)."""
-    copy = getattr(_cl()._cl, "_enqueue_copy_buffer", None)
-    if copy is None:  # a pyopencl without it
-        return _cl().enqueue_copy(queue, dest, src, byte_count=nbytes, dst_offset=dest_offset, src_offset=src_offset)
-    return copy(queue, src, dest, nbytes, src_offset, dest_offset)
+def _copy(queue, src, dest, nbytes, src_offset, dest_offset):
+    """A device-to-device copy, the arguments in the order of pyopencl's own binding."""
+    return _cl().enqueue_copy(queue, dest, src, byte_count=nbytes, dst_offset=dest_offset, src_offset=src_offset)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from tests.conftest import linear_weights, write_model
+from tests.conftest import assert_forwards_match, linear_weights, write_model
 
 # j: a gated unit with biases, 32 wide; k: one without, 24 wide, its product's operands the other way round. Left
 # alone: p (its up projection reads another operand), q (the gate's SiLU is also a graph output), r (a product of
@@ -67,11 +67,7 @@ def check(graph, w) -> None:
     assert joined == {"jg": "nn.Linear+nn.Linear+F.silu+pnnx.Expression",
                       "kg": "nn.Linear+nn.Linear+nn.SiLU+pnnx.Expression"}
     assert not {"ja", "jm", "ju", "ka", "km", "ku"} & {op.name for op in graph.order}
-    rng = np.random.default_rng(5)
-    for rows in (5, 13):
-        x = rng.standard_normal((1, rows, 8), dtype=np.float32)
-        for got, want in zip(graph.forward(x), expected(x, w)):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_forwards_match(graph, lambda x: expected(x, w), (5, 13), 8, seed=5)
 
 
 def test_numpy_joins_the_gated_units(model, weights):

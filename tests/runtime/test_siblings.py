@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kuiper
-from tests.conftest import linear_weights, write_model
+from tests.conftest import assert_forwards_match, linear_weights, write_model
 
 MODEL = """7767517
 15 14
@@ -55,11 +55,7 @@ def check(graph, w) -> None:
     assert types["q"] == "nn.Linear+nn.Linear+nn.Linear"
     assert [types.get(f"q.split[{i}]") for i in range(3)] == ["torch.split+Tensor.reshape+Tensor.permute"] * 3
     assert {"u", "r"} <= set(types) and not {"k", "v"} & set(types)
-    rng = np.random.default_rng(7)
-    for rows in (3, 11):
-        x = rng.standard_normal((1, rows, 8), dtype=np.float32)
-        for got, want in zip(graph.forward(x), expected(x, w)):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_forwards_match(graph, lambda x: expected(x, w), (3, 11), 8, seed=7)
 
 
 def test_numpy_joins_the_projections(model, weights):
