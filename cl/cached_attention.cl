@@ -74,6 +74,12 @@ inline long key_at(__global const int* table, const int block, const long head_a
     return head_at + ((long)table[j / block] * block + j % block) * dim;
 }
 
+// The output row of query head h of token s of batch item b: (b, h, s) in the (B, heads, S, D) layout, or, where
+// the heads pass joined the heads again (heads_last), (b, s, h) in (B, S, heads x D)
+inline long out_row(const int b, const int h, const int s, const int heads, const int tokens, const int heads_last) {
+    return heads_last ? ((long)b * tokens + s) * heads + h : ((long)b * heads + h) * tokens + s;
+}
+
 // One work-group per query row, rows ordered (b, h, s). `space` holds, one after the other: the group's
 // reduction space (size), a chunk's weights (chunk), the scaled query (dim) and the accumulator (dim).
 // A GPU's group takes a chunk of `size` keys at a time, a key per work-item for the scores and a coordinate per
@@ -85,7 +91,7 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
                                          __global const int* restrict index, const int heads, const int kv_heads,
                                          const int tokens, const int dim, const int pool, const int block,
                                          const int ends, const int table_at, const int tables, const float scale,
-                                         const int chunk, __local float* space) {
+                                         const int heads_last, const int chunk, __local float* space) {
     const int lid = get_local_id(0);
     const int size = get_local_size(0);
     const int row = get_group_id(0);
@@ -99,7 +105,7 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
     const int kv = (bh % heads) / (heads / kv_heads);
     const long head_at = (long)kv * pool * dim;            // this K/V head's part of the pool
     __global const int* table = index + tables + index[table_at + token];
-    const long at = (long)row * dim;                       // this row of q and out
+    const long at = (long)row * dim;                       // this row of q
     const int keys = index[ends + token];                  // causal: positions 0 .. its own
     for (int d = lid; d < dim; d += size) {
         query[d] = LOAD(q, at + d) * scale;
@@ -151,8 +157,9 @@ __kernel OWN_LANES void cached_attention(__global store_t* restrict out, __globa
         }
         barrier(CLK_LOCAL_MEM_FENCE);  // the next chunk overwrites the weights
     }
+    const long out_at = out_row(bh / heads, bh % heads, row % tokens, heads, tokens, heads_last) * dim;
     for (int d = lid; d < dim; d += size) {
-        STORE(out, at + d, acc[d] / sum);
+        STORE(out, out_at + d, acc[d] / sum);
     }
 }
 
@@ -202,7 +209,7 @@ __kernel OWN_LANES void cached_attention_blocks(__global store_t* restrict out, 
                                                 __global const int* restrict index, const int items,
                                                 const int heads, const int kv_heads, const int tokens,
                                                 const int pool, const int ends, const int table_at,
-                                                const int tables, const float scale) {
+                                                const int tables, const float scale, const int heads_last) {
     const int item = get_global_id(0);  // (b, kv, s)
     if (item >= items) {
         return;
@@ -296,7 +303,8 @@ __kernel OWN_LANES void cached_attention_blocks(__global store_t* restrict out, 
     for (int g = 0; g < QUERIES; ++g) {
         #pragma unroll
         for (int c = 0; c < VECS; ++c) {
-            STORE8(out, (first_row + (long)g * tokens) * HEAD_DIM + 8 * c, acc[g][c] / sum[g]);
+            STORE8(out, out_row(b, kv * QUERIES + g, item % tokens, heads, tokens, heads_last) * HEAD_DIM + 8 * c,
+                   acc[g][c] / sum[g]);
         }
     }
 }

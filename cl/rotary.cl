@@ -36,6 +36,14 @@ inline float2 turn_sincos(const float t) {
                                                                                              : (float2)(-c, s);
 }
 
+// (sin, cos) of pair i's angle at position p: p * (hi + lo) turns, the whole turns taken off as above
+inline float2 pair_sincos(const float p, __global const uint* restrict turns, const int i) {
+    const float hi = as_float(turns[2 * i]), lo = as_float(turns[2 * i + 1]);
+    const float whole = p * hi;
+    const float err = fma(p, hi, -whole);
+    return turn_sincos((whole - rint(whole)) + (err + p * lo));
+}
+
 // One work-item per pair and token, launched exactly (pairs, tokens): the cos and sin are computed once and turn
 // the pair in every row. The turns are uploaded as bits (uint), so that fp16 storage does not round them to half.
 __kernel void rotary(__global store_t* restrict out, __global const store_t* restrict x,
@@ -43,11 +51,7 @@ __kernel void rotary(__global store_t* restrict out, __global const store_t* res
                      const int rows, const int tokens, const int pairs) {
     const int i = get_global_id(0);
     const int s = get_global_id(1);
-    const float p = (float)positions[s];
-    const float hi = as_float(turns[2 * i]), lo = as_float(turns[2 * i + 1]);
-    const float whole = p * hi;
-    const float err = fma(p, hi, -whole);
-    const float2 turned = turn_sincos((whole - rint(whole)) + (err + p * lo));
+    const float2 turned = pair_sincos((float)positions[s], turns, i);
     const float sn = turned.x, c = turned.y;
     const long step = (long)tokens * 2 * pairs;  // from one row to the next
     long at = (long)s * 2 * pairs + i;
@@ -56,4 +60,38 @@ __kernel void rotary(__global store_t* restrict out, __global const store_t* res
         STORE(out, at, x1 * c - x2 * sn);
         STORE(out, at + pairs, x2 * c + x1 * sn);
     }
+}
+
+// Pair i of token s of every head of one piece (kuiper/opencl/heads.py): read from the piece's columns of x, a row
+// of `width` columns a token, starting at column `first`, written to out (batch, heads, tokens, 2 * pairs), turned
+// by (sn, c) where `turn` is set, copied where not.
+inline void cut_heads(__global store_t* restrict out, __global const store_t* restrict x, const int batch,
+                      const int tokens, const int width, const int pairs, const int i, const int s, const int first,
+                      const int heads, const int turn, const float sn, const float c) {
+    for (int b = 0; b < batch; ++b) {
+        const long row = ((long)b * tokens + s) * width + first + i;
+        for (int h = 0; h < heads; ++h) {
+            const long from = row + (long)h * 2 * pairs;
+            const long to = (((long)b * heads + h) * tokens + s) * 2 * pairs + i;
+            const float x1 = LOAD(x, from), x2 = LOAD(x, from + pairs);
+            STORE(out, to, turn ? x1 * c - x2 * sn : x1);
+            STORE(out, to + pairs, turn ? x2 * c + x1 * sn : x2);
+        }
+    }
+}
+
+// Up to three pieces of x (batch, tokens, width) cut into heads in one launch, (pairs, tokens) as rotary: the
+// angle is worked out once where any piece turns (positions then given), and serves every head of each.
+__kernel void split_heads(__global const store_t* restrict x, __global const INDEX* restrict positions,
+                          __global const uint* restrict turns, const int batch, const int tokens, const int width,
+                          const int pairs,
+                          __global store_t* restrict out0, const int first0, const int heads0, const int turn0,
+                          __global store_t* restrict out1, const int first1, const int heads1, const int turn1,
+                          __global store_t* restrict out2, const int first2, const int heads2, const int turn2) {
+    const int i = get_global_id(0);
+    const int s = get_global_id(1);
+    const float2 turned = turn0 | turn1 | turn2 ? pair_sincos((float)positions[s], turns, i) : (float2)(0.0f, 1.0f);
+    cut_heads(out0, x, batch, tokens, width, pairs, i, s, first0, heads0, turn0, turned.x, turned.y);
+    cut_heads(out1, x, batch, tokens, width, pairs, i, s, first1, heads1, turn1, turned.x, turned.y);
+    cut_heads(out2, x, batch, tokens, width, pairs, i, s, first2, heads2, turn2, turned.x, turned.y);
 }

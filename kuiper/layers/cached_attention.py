@@ -15,7 +15,9 @@ factor (Llama 3 8B: 32 query heads, 8 KV heads, a quarter of the cache). num_kv_
 multi-head attention, num_kv_heads = 1 multi-query attention.
 
 Inputs: q (B, num_heads, S, head_dim), k and v (B, num_kv_heads, S, head_dim), already rotated (rotary.py), and
-positions (S,) int64. Output: (B, num_heads, S, head_dim), as F.scaled_dot_product_attention gives.
+positions (S,) int64. Output: (B, num_heads, S, head_dim), as F.scaled_dot_product_attention gives; or, where the
+heads pass (kuiper/runtime/heads.py) took in the permute and reshape that join the heads again after it
+(`heads_last`), (B, S, num_heads * head_dim), each token's heads side by side, written so directly.
 
 The cache is a pool of blocks (pages.py), state the layer keeps between forwards, allocated at the first forward
 and counted as the layer's workspace, which it keeps, so that the graph's memory limit covers it before anything
@@ -65,6 +67,7 @@ class CachedAttention(Layer):
         self.pool_blocks = None  # a model's pool size (use_pool)
         self.layout = None       # a model's PageLayout for the next forwards (use)
         self.filled = 0
+        self.heads_last = False  # the output (B, S, num_heads * head_dim): set by the heads pass
 
     def reset(self) -> None:
         """Start a new sequence: the cache holds no position (its memory stays allocated)."""
@@ -95,7 +98,7 @@ class CachedAttention(Layer):
             raise self.shape_error(f"expects k and v {kv} for q {q}, got {k} and {v}")
         if positions != (q[2],):
             raise self.shape_error(f"expects positions ({q[2]},), one per token of q {q}, got {positions}")
-        return [q]
+        return [(q[0], q[2], q[1] * q[3])] if self.heads_last else [q]
 
     def output_dtypes(self, input_dtypes):
         if np.dtype(input_dtypes[3]).kind not in "iu":
@@ -176,7 +179,12 @@ class CachedAttention(Layer):
         # (B, kv_heads, S, D) -> (kv_heads, B x S, D), the tokens in the layout's order
         cache_k[:, layout.slots] = k.transpose(1, 0, 2, 3).reshape(self.num_kv_heads, batch * tokens, dim)
         cache_v[:, layout.slots] = v.transpose(1, 0, 2, 3).reshape(self.num_kv_heads, batch * tokens, dim)
-        self.attend_spans(q, layout, outputs[0])
+        self.attend_spans(q, layout, self.heads_view(outputs[0], q.shape))
+
+    def heads_view(self, out: np.ndarray, shape: tuple) -> np.ndarray:
+        """The output as (B, num_heads, S, head_dim), q's `shape`: itself, or a view of its heads_last layout."""
+        batch, heads, tokens, dim = shape
+        return out.reshape(batch, tokens, heads, dim).transpose(0, 2, 1, 3) if self.heads_last else out
 
     def attend_spans(self, q: np.ndarray, layout: PageLayout, out: np.ndarray) -> None:
         """Every span of the layout, one after the other (the numpy backend runs one-token spans together)."""

@@ -171,7 +171,8 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
                   index, tokens, self.num_kv_heads, self.cl_slots)
             items = batch * self.num_kv_heads * tokens
             q.run(self.cl_blocks, (items,), (1,), out.buffer, query.buffer, cache_k, cache_v, index, items,
-                  self.num_heads, self.num_kv_heads, tokens, self.cl_slots, ends, table_at, tables, scale)
+                  self.num_heads, self.num_kv_heads, tokens, self.cl_slots, ends, table_at, tables, scale,
+                  int(self.heads_last))
             return
         q.run(self.cl_write, (round_up(tokens * dim, 64), batch * self.num_kv_heads), None, cache_k, cache_v,
               key.buffer, value.buffer, index, tokens, self.num_kv_heads, dim, self.cl_slots)
@@ -182,7 +183,7 @@ class CachedAttention(OpenCLLayer, cached_attention.CachedAttention):
         group = min(self.cl_largest, 1 << (max(longest, dim) - 1).bit_length())
         chunk = CPU_CHUNK if group == 1 else group
         q.run(self.cl_attend, (rows * group,), (group,), out.buffer, query.buffer, cache_k, cache_v, index,
-              self.num_heads, self.num_kv_heads, tokens, dim, *common, chunk,
+              self.num_heads, self.num_kv_heads, tokens, dim, *common, int(self.heads_last), chunk,
               self.local_space(group + chunk + 2 * dim))
 
     def local_space(self, floats: int):

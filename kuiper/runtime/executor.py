@@ -25,6 +25,7 @@ from kuiper.cpu import blas, threads
 from kuiper.cpu.gated import GatedLinear
 from kuiper.layers.copy_chain import CopyChain
 from kuiper.layers.fused import FusedLayer
+from kuiper.layers.heads import SplitHeads
 from kuiper.runtime.backends import backend_class
 from kuiper.core.tensor import Tensor
 
@@ -32,11 +33,12 @@ from kuiper.core.tensor import Tensor
 class NumpyExecutor:
     name = "numpy"
     device = False  # the graph's inputs and outputs are host arrays, not pooled buffers
-    fuses = True    # the gated-MLP, copies and fusion passes (runtime/gated.py, copies.py, fusion.py) run
+    fuses = True    # the graph's passes run: gated-MLP, sibling projections, heads, copies and fusion
     replays = False  # a plan's later forwards walk the graph as its first did (see `replay`)
     runtime = None       # no OpenCL runtime
     host_fallbacks = ()  # every layer runs here
-    fused_class, chain_class, gated_class = FusedLayer, CopyChain, GatedLinear  # what the passes make
+    # what the passes make
+    fused_class, chain_class, gated_class, heads_class = FusedLayer, CopyChain, GatedLinear, SplitHeads
 
     def make_layer(self, op):
         return backend_class(op.type, self.name, op.name)(op)

@@ -7,8 +7,8 @@ States, as in KuiperInfer:  NEED_INIT --init()--> NEED_BUILD --build()--> COMPLE
   build()   takes off an operator's inputs its own weight where pnnx wrote it as one too (runtime/tied.py),
             creates one layer per operator (checking its parameters), fixes the execution order by a
             dry run of the BFS below (so a graph that can never finish fails here, not in forward), lets
-            the cat-chains, gated-MLP, sibling-projections, copies and fusion passes rewrite the operator list
-            (runtime/cats.py, gated.py, siblings.py, copies.py, fusion.py), and plans memory for the input shapes.
+            the passes rewrite the operator list (runtime/cats.py, gated.py, siblings.py, heads.py, copies.py,
+            fusion.py), and plans memory for the input shapes.
   forward() runs the BFS: pop a ready operator, run its layer, then for each successor bump its meet_num
             by the input slots the finished operator fed, the output tensor handed over by reference, and
             enqueue the successor once meet_num equals its number of inputs.
@@ -38,7 +38,7 @@ from kuiper.core.errors import BackendError, ConfigError, GraphError, ShapeError
 from kuiper.layers.registry import is_supported
 from kuiper.opencl.runtime import PRECISIONS
 from kuiper.opencl.tuning import tuning_mode
-from kuiper.runtime import auto, cats, checks, copies, fusion, gated, memory, siblings, tied
+from kuiper.runtime import auto, cats, checks, copies, fusion, gated, heads, memory, siblings, tied
 from kuiper.runtime.executor import NumpyExecutor, ReferenceExecutor
 from kuiper.core.operators import (  # noqa: F401  (INPUT, OUTPUT, TUPLE, STRUCTURAL: as lessons import them)
     INPUT, OUTPUT, STRUCTURAL, TUPLE, RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter,
@@ -190,7 +190,7 @@ class RuntimeGraph:
         if self.executor.fuses:
             ends = {o.name for o in self.output_operands} | {op.output_operand.name for op in self.input_operators}
             joined = siblings.join(gated.join(cats.chain(self.unfused_order), ends, self.executor.gated_class), ends)
-            moved = copies.compose(joined, ends, self.executor.chain_class)
+            moved = copies.compose(heads.join(joined, ends, self.executor.heads_class), ends, self.executor.chain_class)
             self.operators = fusion.fuse(moved, ends, self.executor.fused_class, on_device=self.executor.device)
             self.operands = {o.name: o for op in self.operators for o in op.output_operands}
         self.order = self._schedule()

@@ -16,6 +16,7 @@ from kuiper.opencl import DeviceTensor, Enqueuer, get_runtime, round_up
 from kuiper.opencl.copy_chain import CopyChain
 from kuiper.opencl.fused import FusedLayer
 from kuiper.opencl.gated import GatedLinear
+from kuiper.opencl.heads import SplitHeads
 from kuiper.opencl.layer import runs_on_device
 from kuiper.opencl.replay import Replay
 from kuiper.opencl.runtime import Scratch
@@ -28,7 +29,8 @@ class OpenCLExecutor:
     name = "opencl"
     device = True
     fuses = True
-    fused_class, chain_class, gated_class = FusedLayer, CopyChain, GatedLinear  # what the passes make
+    # what the passes make
+    fused_class, chain_class, gated_class, heads_class = FusedLayer, CopyChain, GatedLinear, SplitHeads
 
     def __init__(self, device: str | None, schedule: str, tuning: str, where: str, precision: str = "fp32",
                  warn: bool = True):

@@ -159,8 +159,8 @@ def test_the_graph_kuiper_writes(tiny):
     assert len(readers) == 3 * 2
     attention = [op.layer for op in lm.graph.order if isinstance(op.layer, CachedAttention)]
     assert [(a.num_heads, a.num_kv_heads, a.group) for a in attention] == [(4, 2, 2)] * 2
-    rotary = [op.layer for op in lm.graph.order if isinstance(op.layer, RotaryEmbedding)]
-    assert len(rotary) == 4
+    rotary = [r for op in lm.graph.order for r in getattr(op.layer, "rotaries", ()) if r is not None]
+    assert len(rotary) == 4 and all(isinstance(r, RotaryEmbedding) for r in rotary)  # in the heads pass's operators
     line = next(line for line in lm.param_text.splitlines() if "layers.0.self_attn.attention " in line)
     assert " ".join(line.split()) == ("kuiper.CachedAttention model.layers.0.self_attn.attention 4 1 11 12 10 "
                                       "positions 13 head_dim=8 max_positions=64 num_heads=4 num_kv_heads=2 "
@@ -173,9 +173,10 @@ def test_kuiper_inspect_shows_the_fused_block(tiny):
     out = printed.getvalue()
     assert "at a prompt of 8 tokens" in out and "KV cache:" in out
     rows = [line.split("│")[2].strip() for line in out.splitlines() if "model.layers.0." in line]
-    assert len(rows) == 13
-    assert rows.count("torch.split+Tensor.reshape+Tensor.permute") == 3  # q, k and v as one product, then cut
-    assert "nn.Linear+nn.Linear+nn.Linear" in rows
+    assert len(rows) == 8
+    assert rows.count("torch.split+Tensor.reshape+Tensor.permute+kuiper.RotaryEmbedding") == 1  # cut and turned
+    assert "kuiper.CachedAttention+Tensor.permute+Tensor.reshape" in rows  # the heads joined as they are written
+    assert "nn.Linear+nn.Linear+nn.Linear" in rows  # q, k and v as one product
     assert "nn.Linear+nn.Linear+F.silu+pnnx.Expression" in rows  # the gated MLP's four as one
     assert rows.count("nn.Linear+pnnx.Expression") == 2                # each residual add into its Linear
 
