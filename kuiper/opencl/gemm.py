@@ -13,7 +13,7 @@ variant (kuiper/opencl/tuning.py): a layer picks one per input shape, by `Gemm.r
   work-groups as cache blocks: their work-items share the same columns of B while those are in the core's
   cache, and walk down the rows of A. The rule gives CPUs (`rt.is_cpu`) the widest block the product fills
   among those the compiler's vector registers hold (`Gemm.cpu_blocks`), 6 rows tall, or for a plain product
-  of few rows 4 or 2 (`Gemm.cpu_rows`).
+  of few rows 8, 4 or 2 (`Gemm.cpu_rows`).
 * "cpu 6xNB taps", for a convolution on CPUs, runs `gemm_cpu` on the input itself: cl/conv.cl's pad_planes
   first writes the input with its padding and its rows and columns split by the stride, where every row of
   im2col's matrix that one block of outputs reads is NB consecutive floats at an offset of its own (the `taps`
@@ -54,7 +54,7 @@ from functools import partial
 from typing import NamedTuple
 
 from kuiper.core.cpuinfo import cpu_flags
-from kuiper.opencl.devices import configured_target, tensor_cores
+from kuiper.opencl.devices import INTEL_CPU_PLATFORM, configured_target, tensor_cores
 from kuiper.opencl.gemv import GEMV, GEMV_MAX_ROWS, Gemv
 from kuiper.opencl.runtime import round_up
 from kuiper.core.variants import Variant, Variants
@@ -62,10 +62,14 @@ from kuiper.core.variants import Variant, Variants
 
 #: gemm_cpu's register block: MB rows by NV vectors of VN columns
 CPU_ROWS = 6
-#: ... or, for a plain product (no convolution's), these fewer rows: a block computes all its rows, so 16 rows in
-#: blocks of 6 compute 18 and one row computes 6, while the time follows the rows computed (a decode step's
-#: Linears, docs/tuning.md). The rule takes the height of least cost (`Gemm.cpu_rows`).
-SHORT_ROWS = (4, 2)
+#: ... or, for a plain product (no convolution's), these: a block computes all its rows, so 16 rows in blocks of 6
+#: compute 18 and one row computes 6, while the time follows the rows computed (a decode step's Linears,
+#: docs/tuning.md). The rule takes the height of least cost (`Gemm.cpu_rows`).
+SHORT_ROWS = (8, 4, 2)
+#: ... a height above CPU_ROWS only for products of at most this many rows (a step of a few dozen sequences, whose
+#: blocks each read B once), on Intel's CPU runtime where 32-column blocks are the widest: there 8 x 32 blocks ran
+#: faster than 4 x 32 at 16 and 32 rows, on PoCL slower (docs/tuning.md)
+TALL_ROWS_MAX = 48
 #: a block's cost beside its rows, in rows (loads of B and the launch of its work-item): weighed against the rows
 #: a taller block computes in vain, it keeps 6 where 4 saves little (64 rows: 66 computed, 11 blocks against 16)
 ROW_BLOCK_COST = 1
@@ -289,8 +293,11 @@ class Gemm:
 
     def cpu_rows(self, m: int) -> int:
         """gemm_cpu's rows a block for a product of m rows: the height whose blocks cost least (ROW_BLOCK_COST),
-        the taller of two that cost the same."""
-        return min(self.heights, key=lambda rows: (-(-m // rows) * (rows + ROW_BLOCK_COST), -rows))
+        the taller of two that cost the same; above CPU_ROWS only as TALL_ROWS_MAX says."""
+        tall = (m <= TALL_ROWS_MAX and self.cpu_blocks[0][0] == CPU_BLOCKS[0][0]
+                and self.rt.device.platform.name == INTEL_CPU_PLATFORM)
+        heights = [rows for rows in self.heights if rows <= CPU_ROWS or tall]
+        return min(heights, key=lambda rows: (-(-m // rows) * (rows + ROW_BLOCK_COST), -rows))
 
     @property
     def cpu_blocks(self) -> tuple:
