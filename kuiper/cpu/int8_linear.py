@@ -38,6 +38,11 @@ class Int8Linear(KeepsScratch, int8_linear.Int8Linear):
         self.padded = self.count * self.group_size
         self.scales_t = np.ascontiguousarray(self.scales.T)  # (groups, out): a block's scales per group
 
+    def joined(self, linears: list, op) -> "Int8Linear":
+        layer = super().joined(linears, op)
+        layer.scales_t = np.ascontiguousarray(layer.scales.T)
+        return layer
+
     def workspace_bytes(self, input_shapes):
         tokens = int(np.prod(input_shapes[0][:-1], dtype=np.int64))
         per_thread = ROWS * self.padded + tokens * self.padded + self.count * ROWS * tokens + ROWS * tokens

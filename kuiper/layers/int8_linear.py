@@ -10,6 +10,8 @@ This numpy forward is the reference: it widens the whole matrix to float32 on ev
 (kuiper/cpu/int8_linear.py) and OpenCL (kuiper/opencl/int8_linear.py) read the int8 values themselves.
 """
 
+import copy
+
 import numpy as np
 
 from kuiper.layers.linear import Features
@@ -68,6 +70,22 @@ class Int8Linear(Features):
         if array.dtype != np.int8 or tuple(array.shape) != tuple(shape):
             raise self.error(f"weight '@{key}' is {tuple(array.shape)} {array.dtype}, expected {tuple(shape)} int8")
         return array
+
+    def joined(self, linears: list, op) -> "Int8Linear":
+        """One Int8Linear for `op` doing `linears` (this one first, all on one input, of one group size) side by
+        side: their rows of int8 weights, scales and biases one after another. Each then reads its own as views
+        of the joined arrays, so that the weights are held once."""
+        layer = copy.copy(self)
+        layer.op = op
+        layer.qweight = np.concatenate([lin.qweight for lin in linears])
+        layer.scales = np.concatenate([lin.scales for lin in linears])
+        layer.bias = None if self.bias is None else np.concatenate([lin.bias for lin in linears])
+        layer.out_features = len(layer.qweight)
+        start = 0
+        for lin in linears:
+            rows = slice(start, start + lin.out_features)
+            lin.qweight, lin.scales, start = layer.qweight[rows], layer.scales[rows], rows.stop
+        return layer
 
     def dequantized(self) -> np.ndarray:
         return dequantize(self.qweight, self.scales, self.group_size)

@@ -11,6 +11,8 @@ while `gather_rows` holds row indices, the numpy forwards compute those input ro
 of the output.
 """
 
+import copy
+
 import numpy as np
 
 from kuiper.layers.base import Layer
@@ -83,6 +85,14 @@ class Linear(Features):
         # stored as W^T (in, out), contiguous, so forward is a plain row-major (M, in) @ (in, out) GEMM
         self.weight_t = np.ascontiguousarray(weight.T)
         self.bias = self.read_bias()
+
+    def joined(self, linears: list, op) -> "Linear":
+        """One Linear for `op` doing `linears` (this one first, all on one input) side by side."""
+        layer = copy.copy(self)
+        layer.op = op
+        layer.weight_t, layer.bias = side_by_side(linears)
+        layer.out_features = layer.weight_t.shape[1]
+        return layer
 
     def forward_numpy(self, inputs, outputs):
         x, out = self.rows(inputs[0], outputs[0])

@@ -3,28 +3,31 @@
 A transformer's attention projects the same normalized input three times, q, k and v, each an nn.Linear whose
 output is then cut into heads by a reshape and a permute. One product with the three weight matrices side by
 side reads the input once and launches one GEMM where there were three; a split of its output along the last
-dim gives each projection back, and the copies pass (runtime/copies.py), which runs next, folds each piece
-into the reshape and permute after it, so the split itself copies nothing of its own.
+dim gives each projection back, and the heads pass (runtime/heads.py), which runs next, makes the split and
+the cuts into heads after it one operator.
 
-Over the operators in execution order: two or more nn.Linears that read the same operand, with the same
-in_features and the same layer class, all with a bias or none, whose outputs are each read by one operator
-that only moves elements (a reshape, permute or transpose) and are no graph outputs, become one Linear (a copy
-of the first one's layer, the weights and biases joined in the Linears' order) and a split whose pieces are
-their outputs. The joined Linear keeps the first one's name, names the types it does and lists the Linears in
-`absorbed`; the split is named `<that name>.split`.
+Over the operators in execution order: two or more nn.Linears (or kuiper.Int8Linears, of one group size) that
+read the same operand, with the same in_features and the same layer class, all with a bias or none, whose
+outputs are each read by one operator that only moves elements (a reshape, permute or transpose) and are no
+graph outputs, become one layer of that class (the first one's `joined`: the weights and biases joined in the
+layers' order) and a split whose pieces are their outputs. The joined layer keeps the first one's name, names
+the types it does and lists the layers in `absorbed`; the split is named `<that name>.split`.
 """
 
 from __future__ import annotations
 
-import copy
-
 from kuiper.core.operators import RuntimeOperand, RuntimeOperator, rewritten
 from kuiper.layers.base import Layer
-from kuiper.layers.linear import Linear, side_by_side
+from kuiper.layers.int8_linear import Int8Linear
+from kuiper.layers.linear import Linear
 from kuiper.layers.permute import Permute
 from kuiper.layers.reshape import ViewLayer
 from kuiper.layers.split import SplitLayer
 from kuiper.layers.transpose import Transpose
+
+
+#: the layers joined: each makes one layer of several of its kind side by side (`joined`)
+JOINABLE = (Linear, Int8Linear)
 
 
 class Pieces(SplitLayer):
@@ -54,8 +57,8 @@ def join(order: list, graph_ends: set) -> list:
 
 
 def _joinable(op, operand, graph_ends: set) -> bool:
-    """A Linear on `operand` whose output one mover reads, and no graph output."""
-    if not isinstance(op.layer, Linear) or op.input_operands != [operand]:
+    """A Linear or Int8Linear on `operand` whose output one mover reads, and no graph output."""
+    if not isinstance(op.layer, JOINABLE) or op.input_operands != [operand]:
         return False
     out = op.output_operand
     return (out.name not in graph_ends and len(out.consumers) == 1
@@ -64,7 +67,8 @@ def _joinable(op, operand, graph_ends: set) -> bool:
 
 def _twins(op, first) -> bool:
     a, b = op.layer, first.layer
-    return type(a) is type(b) and a.in_features == b.in_features and (a.bias is None) == (b.bias is None)
+    return (type(a) is type(b) and a.in_features == b.in_features and (a.bias is None) == (b.bias is None)
+            and getattr(a, "group_size", None) == getattr(b, "group_size", None))
 
 
 def _operators(group: list, source) -> list:
@@ -72,10 +76,7 @@ def _operators(group: list, source) -> list:
     first = group[0]
     joined = RuntimeOperator("+".join(op.type for op in group), first.name, line=first.line)
     layers = [op.layer for op in group]
-    layer = copy.copy(layers[0])
-    layer.op = joined
-    layer.weight_t, layer.bias = side_by_side(layers)
-    layer.out_features = layer.weight_t.shape[1]
+    layer = layers[0].joined(layers, joined)
     shape = first.output_operand.shape
     whole = RuntimeOperand(f"{first.name}.joined", None if shape is None else (*shape[:-1], layer.out_features),
                            first.output_operand.dtype)

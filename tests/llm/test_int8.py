@@ -40,7 +40,9 @@ def test_int8_model_is_the_float_model_with_dequantized_weights(name, backend, d
     expected_lm = dequantized_float_model(directory)
     lm = kuiper.llm.load(directory, backend=backend, device=device, quantize="int8")
     quantized = [op for op in lm.graph.order if isinstance(op.layer, Int8Linear)]
-    assert len(quantized) == 7 * lm.config.num_hidden_layers + 1
+    assert sum(len(op.absorbed) or 1 for op in quantized) == 7 * lm.config.num_hidden_layers + 1
+    joined = [op for op in quantized if op.type == "+".join(["kuiper.Int8Linear"] * 3)]  # q, k, v: runtime/siblings.py
+    assert len(joined) == (0 if backend == "reference" else lm.config.num_hidden_layers)
     assert not any(isinstance(op.layer, Linear) for op in lm.graph.order)
     assert all(op.layer.qweight.dtype == np.int8 for op in quantized)
     scale = float(np.abs(expected_lm.logits(prompt)).max())
