@@ -27,6 +27,7 @@ class SplitHeads(Layer):
         super().__init__(op)
         self.heads, self.head_dim, self.rotaries = list(heads), head_dim, list(rotaries)
         self.rotated = any(r is not None for r in self.rotaries)
+        self.firsts = np.cumsum([0] + [n * head_dim for n in self.heads[:-1]]).tolist()  # each piece's first column
         wanted = 2 if self.rotated else 1
         if len(op.input_operands) != wanted:
             raise self.error(f"expects {wanted} input(s), the graph gives {len(op.input_operands)}")
@@ -53,9 +54,8 @@ class SplitHeads(Layer):
     def pieces(self, x: np.ndarray) -> list:
         """Each piece of x as its (B, n, S, D) heads: views, nothing copied."""
         batch, tokens, _ = x.shape
-        starts = np.cumsum([0] + [n * self.head_dim for n in self.heads])
-        return [x[..., start:start + n * self.head_dim].reshape(batch, tokens, n, self.head_dim).transpose(0, 2, 1, 3)
-                for start, n in zip(starts, self.heads)]
+        return [x[..., first:first + n * self.head_dim].reshape(batch, tokens, n, self.head_dim).transpose(0, 2, 1, 3)
+                for first, n in zip(self.firsts, self.heads)]
 
     def forward_numpy(self, inputs, outputs):
         for heads, rotary, out in zip(self.pieces(inputs[0]), self.rotaries, outputs):

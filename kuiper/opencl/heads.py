@@ -30,9 +30,8 @@ class SplitHeads(OpenCLLayer, heads.SplitHeads):
             return
         positions = inputs[1] if self.rotated else x  # never read where nothing turns
         kernel = self.cl_split[positions.dtype if self.rotated else np.dtype(np.int64)]
-        starts = np.cumsum([0] + [n * self.head_dim for n in self.heads]).tolist()
         pieces = [(out.buffer, first, n, int(rotary is not None))
-                  for out, first, n, rotary in zip(outputs, starts, self.heads, self.rotaries)]
+                  for out, first, n, rotary in zip(outputs, self.firsts, self.heads, self.rotaries)]
         for at in range(0, len(pieces), PIECES_A_LAUNCH):
             group = pieces[at:at + PIECES_A_LAUNCH]
             group += [(group[0][0], 0, 0, 0)] * (PIECES_A_LAUNCH - len(group))  # a piece of no heads does nothing

@@ -11,26 +11,24 @@ from tests.conftest import linear_weights, write_model
 HEADS = "torch.split+Tensor.reshape+Tensor.permute"
 
 
-def attention_inputs(batch: int = 1, k_reader: str = "", positions_k: str = "positions", width: int = 16,
-                     k_heads: int = 1) -> str:
-    """x -> q (2 heads), k (k_heads) and v (1 head) of head_dim 8, q and k rotated by `positions` (k by
+def attention_inputs(batch: int = 1, k_reader: bool = False, positions_k: str = "positions") -> str:
+    """x (16 features) -> q (2 heads), k and v (1 head each) of head_dim 8, q and k rotated by `positions` (k by
     `positions_k`); `k_reader` adds an operator that also reads k's heads before their rotation."""
-    kw = 8 * k_heads
     lines = [
-        f"pnnx.Input in0 0 1 x #x=({batch},?,{width})f32",
+        f"pnnx.Input in0 0 1 x #x=({batch},?,16)f32",
         "pnnx.Input in1 0 1 positions #positions=(?)i64",
         "pnnx.Input in2 0 1 other #other=(?)i64",
-        f"nn.Linear q 1 1 x q0 bias=True in_features={width} out_features=16 @weight=(16,{width})f32 @bias=(16)f32 "
+        f"nn.Linear q 1 1 x q0 bias=True in_features=16 out_features=16 @weight=(16,16)f32 @bias=(16)f32 "
         f"#q0=({batch},?,16)f32",
         f"Tensor.reshape qs 1 1 q0 q1 shape=({batch},-1,2,8)",
         "Tensor.permute qh 1 1 q1 q2 dims=(0,2,1,3)",
         "kuiper.RotaryEmbedding qr 2 1 q2 positions q3 head_dim=8 rope_theta=10000.0",
-        f"nn.Linear k 1 1 x k0 bias=True in_features={width} out_features={kw} @weight=({kw},{width})f32 "
-        f"@bias=({kw})f32 #k0=({batch},?,{kw})f32",
-        f"Tensor.reshape ks 1 1 k0 k1 shape=({batch},-1,{k_heads},8)",
+        f"nn.Linear k 1 1 x k0 bias=True in_features=16 out_features=8 @weight=(8,16)f32 @bias=(8)f32 "
+        f"#k0=({batch},?,8)f32",
+        f"Tensor.reshape ks 1 1 k0 k1 shape=({batch},-1,1,8)",
         "Tensor.permute kh 1 1 k1 k2 dims=(0,2,1,3)",
         f"kuiper.RotaryEmbedding kr 2 1 k2 {positions_k} k3 head_dim=8 rope_theta=10000.0",
-        f"nn.Linear v 1 1 x v0 bias=True in_features={width} out_features=8 @weight=(8,{width})f32 @bias=(8)f32 "
+        f"nn.Linear v 1 1 x v0 bias=True in_features=16 out_features=8 @weight=(8,16)f32 @bias=(8)f32 "
         f"#v0=({batch},?,8)f32",
         f"Tensor.reshape vs 1 1 v0 v1 shape=({batch},-1,1,8)",
         "Tensor.permute vh 1 1 v1 v2 dims=(0,2,1,3)",
@@ -58,11 +56,11 @@ def rotated(heads: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def expected(x, positions, w, k_heads: int = 1, k_reader: bool = False, positions_k=None) -> list:
+def expected(x, positions, w, k_reader: bool = False, positions_k=None) -> list:
     def heads(name, count):
         y = x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
         return y.reshape(x.shape[0], -1, count, 8).transpose(0, 2, 1, 3)
-    k = heads("k", k_heads)
+    k = heads("k", 1)
     outs = [rotated(heads("q", 2), positions), rotated(k, positions if positions_k is None else positions_k),
             heads("v", 1)]
     return outs + ([np.maximum(k, 0)] if k_reader else [])
@@ -78,10 +76,10 @@ def graphs(path, cl_runtime):
     return made
 
 
-def run_and_check(graph, want, batch: int = 1, width: int = 16, seed: int = 3) -> None:
+def run_and_check(graph, want, batch: int = 1, seed: int = 3) -> None:
     rng = np.random.default_rng(seed)
     for tokens in (1, 5, 9):
-        x = rng.standard_normal((batch, tokens, width), dtype=np.float32)
+        x = rng.standard_normal((batch, tokens, 16), dtype=np.float32)
         positions = rng.permutation(40)[:tokens].astype(np.int64)
         other = positions[::-1].copy()
         got = graph.forward(x, positions, other)
@@ -104,7 +102,7 @@ def test_q_k_v_become_one_operator(tmp_path, cl_runtime, batch):
 
 def test_a_head_read_before_its_rotation_keeps_its_rotary(tmp_path, cl_runtime):
     w = linear_weights({"q": (16, True), "k": (8, True), "v": (8, True)}, 16, seed=5)
-    path = write_model(tmp_path, "heads", attention_inputs(k_reader="relu"), w)
+    path = write_model(tmp_path, "heads", attention_inputs(k_reader=True), w)
     for graph in graphs(path, cl_runtime):
         types = {op.name: op.type for op in graph.order}
         assert types["q.split"] == HEADS + "+kuiper.RotaryEmbedding" and types["kr"] == "kuiper.RotaryEmbedding"
