@@ -40,12 +40,15 @@ class SamplingOptions:
 
 def probabilities(logits: np.ndarray, options: SamplingOptions) -> np.ndarray:
     """The distribution a token is drawn from, (vocab,) float64: zero outside top-k and top-p. Not for greedy."""
-    z = logits.astype(np.float64) / options.temperature
+    # the largest logit subtracted first: a temperature so small that logit / T overflows then leaves the
+    # likeliest tokens at 0 and the rest at -inf, where dividing first would give inf - inf
+    with np.errstate(over="ignore"):
+        z = (logits.astype(np.float64) - logits.max()) / options.temperature
     if 0 < options.top_k < z.size:
         # the k-th largest logit; ties at that value all stay, as with transformers' threshold
         threshold = np.partition(z, z.size - options.top_k)[z.size - options.top_k]
         z[z < threshold] = -np.inf
-    p = np.exp(z - z.max())
+    p = np.exp(z)  # each at most 1: the largest z is 0
     p /= p.sum()
     if options.top_p < 1:
         order = np.argsort(-p, kind="stable")

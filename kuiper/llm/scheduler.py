@@ -48,7 +48,7 @@ class Generation:
     """One request: the prompt's ids, its options, and what has been generated. `deliver(piece, finish)` is
     called from the scheduler's thread with each piece of text, then once with the finish reason ("stop" at an
     end-of-sequence token or a stop string, "length" at max_tokens or the end of the context, "cancelled", or
-    "error" if its step failed)."""
+    "error" if its step or its sampling failed)."""
 
     def __init__(self, ids, max_tokens: int, options: SamplingOptions = SamplingOptions(), seed: int | None = None,
                  stop=(), deliver=None):
@@ -99,7 +99,7 @@ class Scheduler:
         self.waiting, self.running = deque(), []
         self.promised = 0  # blocks promised to the running generations
         self.steps = 0
-        self.error = None  # the last failed step's error, for /health
+        self.error = None  # the last error that ended generations (a step's, or one's sampling), for /health
         self.delivered = []
         self.wake = threading.Condition()
         self.closing = False
@@ -170,7 +170,7 @@ class Scheduler:
                 try:
                     self._step()
                 except Exception as e:  # noqa: BLE001 (a failed step ends its generations, not the server)
-                    self.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    self._failed(e)
                     for generation in list(self.running):
                         self._leave(generation, "error", flush=False)
                 self._tell()
@@ -180,6 +180,9 @@ class Scheduler:
                     self._finish(generation, "cancelled")
                 self.running, self.waiting = [], deque()
             self._tell()
+
+    def _failed(self, e: Exception) -> None:
+        self.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
     def _tell(self) -> None:
         for call in self.delivered:
@@ -222,7 +225,12 @@ class Scheduler:
                 generation.fed += len(ids)
                 if generation.fed < len(generation.ids):
                     continue  # more of the prompt to come
-            self._sample(generation, logits)
+            try:
+                self._sample(generation, logits)
+            except Exception as e:  # noqa: BLE001 (its own sampling or text failed: it ends, the batch goes on)
+                self._failed(e)
+                if generation in self.running:
+                    self._leave(generation, "error", flush=False)
 
     def _sample(self, generation: Generation, logits: np.ndarray) -> None:
         token = next_token(logits, generation.options, generation.rng)

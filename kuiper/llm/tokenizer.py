@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kuiper.core.errors import CheckpointError
+from kuiper.core.errors import CheckpointError, InputError
 
 #: transformers' clean_up_tokenization: the spaces its decode removes before punctuation and contractions when a
 #: tokenizer_config.json sets clean_up_tokenization_spaces
@@ -67,6 +67,7 @@ class Tokenizer:
         """The token ids of `text`, with the special tokens the tokenizer adds (a BOS, for many models)."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
+        check_unicode(text)
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
@@ -97,6 +98,16 @@ class Tokenizer:
                                    bos_token=self.bos_token or "", eos_token=self.eos_token or "")
         except jinja2.exceptions.TemplateError as e:
             raise CheckpointError(f"{Path(self.path).parent}: the chat template fails: {e}") from None
+
+
+def check_unicode(text: str, what: str = "the text") -> None:
+    """An InputError if `text` holds a lone surrogate (JSON's "\\ud800", or undecodable bytes read with Python's
+    surrogateescape), which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{what} is not valid Unicode: U+{ord(text[e.start]):04X} at character {e.start} is half "
+                         f"of a surrogate pair") from None
 
 
 def _read_json(path: Path) -> dict:

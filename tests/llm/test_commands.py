@@ -72,9 +72,11 @@ def test_generate_of_a_malformed_directory_is_one_line(capsys, tmp_path):
 
 
 def test_chat_answers_each_line_until_the_end_of_input(model, capsys, monkeypatch):
-    monkeypatch.setattr("sys.stdin", io.StringIO("Hello there\n\nTell me more\n"))
+    # a line read with undecodable bytes (Python's surrogateescape) is refused, and the chat goes on
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello there\n\nab\udcff\nTell me more\n"))
     status, out, err = run(["chat", str(model), "--max-new-tokens", "6", "--temperature", "0"], capsys)
     assert status == 0 and "chatting with tiny" in err
+    assert "kuiper: this line is not valid Unicode: U+DCFF at character 2" in err
     lines = out.split("\n")
     assert lines[0] == "> Hello there" and "> Tell me more" in lines and out.rstrip().endswith(">")
     # the first reply is the model's greedy answer to the rendered conversation

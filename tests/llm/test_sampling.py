@@ -68,6 +68,16 @@ def test_ties_at_the_kth_logit_all_stay():
     assert np.count_nonzero(p) == 3
 
 
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324])
+def test_a_vanishing_temperature_is_greedy(temperature):
+    """logits / T overflows to inf for these: the distribution must still be the argmax's (ties shared)."""
+    logits = RNG.standard_normal(64).astype(np.float32)
+    p = probabilities(logits, SamplingOptions(temperature, top_k=8, top_p=0.5))
+    np.testing.assert_array_equal(p, np.eye(64)[np.argmax(logits)])
+    tied = np.array([1.0, 3.0, -2.0, 3.0], dtype=np.float32)
+    np.testing.assert_array_equal(probabilities(tied, SamplingOptions(temperature)), [0, 0.5, 0, 0.5])
+
+
 def test_draws_follow_the_distribution():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
     rng = np.random.default_rng(3)

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 import kuiper.llm
+import kuiper.llm.scheduler as scheduler_module
 from conftest import MODELS
 from kuiper.core.errors import InputError
 from kuiper.llm.sampling import SamplingOptions
@@ -84,6 +85,32 @@ def test_stop_strings_end_the_text_before_them(lm):
         scheduler.close()
     assert collector.finish == "stop"
     assert collector.text == full[:full.index(stop)]
+
+
+def test_a_generation_whose_sampling_fails_ends_alone(lm, monkeypatch):
+    ids = lm.tokenizer.encode(PROMPTS[1])
+    expected = lm.generate(ids, max_new_tokens=20)
+    sample = scheduler_module.next_token
+
+    def failing(logits, options, rng):  # a sampler that fails for one generation's options
+        if options.temperature == 0.5:
+            raise ValueError("this sampler fails")
+        return sample(logits, options, rng)
+
+    monkeypatch.setattr(scheduler_module, "next_token", failing)
+    scheduler = Scheduler(lm)
+    try:
+        good, bad = Generation(ids, 20, deliver=Collector()), Generation(ids, 20, SamplingOptions(0.5),
+                                                                          deliver=Collector())
+        with scheduler.wake:  # admitted together, so their first step is the same
+            scheduler.submit(good)
+            scheduler.submit(bad)
+        assert good.deliver.done.wait(60) and bad.deliver.done.wait(60)
+    finally:
+        scheduler.close()
+    assert bad.deliver.finish == "error" and scheduler.error == "ValueError: this sampler fails"
+    assert good.deliver.finish == "length" and good.tokens == expected
+    assert lm.blocks.held == len(lm.sequence.table)
 
 
 def test_cancelled_generations_give_their_blocks_back_at_once(lm):

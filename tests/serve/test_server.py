@@ -128,6 +128,11 @@ def test_overlapping_requests_are_each_answered_as_alone(lm, server, client):
     ({"prompt": "a", "model": "gpt-4o"}, 404, "model", "the model 'gpt-4o' does not exist"),
     ({"prompt": "a", "max_tokens": 5000}, 400, "max_tokens", "'max_tokens' must be from 1 to 256"),
     ({"prompt": "word " * 200, "max_tokens": 100}, 400, "max_tokens", "more than the model's context of 256"),
+    ({"prompt": "a\ud800b"}, 400, "prompt", "prompt is not valid Unicode: U+D800 at character 1 is half of"),
+    ({"prompt": "a", "stop": ["\udfff"]}, 400, "stop", "stop is not valid Unicode"),
+    (b'{"prompt": "a", "x": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, None, "nested too deeply"),
+    ({"prompt": "a", "response_format": {"type": "json_object"}}, 400, "response_format", "is not supported"),
+    ({"prompt": "a", "presence_penalty": 0.5}, 400, "presence_penalty", "'presence_penalty'=0.5 is not supported"),
 ])
 def test_bad_requests_get_the_apis_error_object(server, body, status, param, message):
     code, reply, _ = request(server, "/v1/completions", body)
@@ -141,6 +146,10 @@ def test_other_paths_and_chat_errors(server):
     assert code == 404 and reply["error"]["type"] == "not_found_error"
     code, reply, _ = request(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]})
     assert code == 400 and reply["error"]["param"] == "messages[0].content"
+    code, reply, _ = request(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "\udcff"}]})
+    assert code == 400 and reply["error"]["param"] == "messages[0].content"
+    assert reply["error"]["message"] == ("messages[0].content is not valid Unicode: U+DCFF at character 0 is half of "
+                                         "a surrogate pair")
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:  # a body too large to be read
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n")
         assert s.recv(4096).startswith(b"HTTP/1.1 413 ")
@@ -200,6 +209,13 @@ def test_the_command_checks_its_options_before_loading(capsys):
     assert "--max-batch 0: out of range" in capsys.readouterr().err
     assert main(["serve", "/no/such/model"]) == 1
     assert "/no/such/model" in capsys.readouterr().err
+    assert main(["serve", "--api-key", " "]) == 1
+    assert "--api-key: give a key that is not empty" in capsys.readouterr().err
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a port in use: said before the model loads
+        port = taken.getsockname()[1]
+        assert main(["serve", "/no/such/model", "--port", str(port)]) == 1
+        said = capsys.readouterr().err
+        assert said == f"kuiper: error: cannot listen on 127.0.0.1 port {port}: Address already in use\n"
 
 
 def test_shutting_down_ends_open_streams_with_an_error(lm):

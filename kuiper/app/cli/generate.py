@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from kuiper.app.cli.common import BACKEND_HELP, say_backend
-from kuiper.core.errors import CheckpointError
+from kuiper.core.errors import CheckpointError, InputError
 from kuiper.core.shipped import shipped
 from kuiper.runtime.auto import AUTO, CHOICES
 
@@ -113,6 +113,8 @@ def cmd_generate(args) -> None:
 
 
 def cmd_chat(args) -> None:
+    from kuiper.llm.tokenizer import check_unicode
+
     lm = _load(args, Path(args.model))
     if lm.tokenizer.chat_template is None:
         raise CheckpointError(f"{lm.directory}: no chat template (tokenizer_config.json's chat_template or "
@@ -128,6 +130,13 @@ def cmd_chat(args) -> None:
             print()
             return
         line = line.rstrip("\n")
+        try:
+            check_unicode(line, "this line")
+        except InputError as e:  # refused, the conversation goes on
+            if echo:
+                print()  # the prompt's line ends, as with a line shown
+            print(f"kuiper: {e}", file=sys.stderr)
+            continue
         if echo:
             print(line)
         if not line.strip():

@@ -44,8 +44,11 @@ def cmd_serve(args) -> None:
                           ("--max-tokens-in-flight", args.max_tokens_in_flight), ("--max-queue", args.max_queue)):
         if value < (0 if option == "--port" else 1) or (option == "--port" and value > 65535):
             raise CliError(f"{option} {value}: out of range")
+    if args.api_key is not None and not args.api_key.strip():
+        raise CliError("--api-key: give a key that is not empty")
     try:
         from kuiper.app.serve import Server
+        from kuiper.app.serve.server import listening_socket
 
         import starlette  # noqa: F401  (only to say what is missing before loading the model)
     except ImportError as e:
@@ -57,13 +60,15 @@ def cmd_serve(args) -> None:
 
     if args.host not in ("127.0.0.1", "localhost", "::1") and args.api_key is None:
         warnings.warn(f"--host {args.host} without --api-key: anyone who can reach this machine can use the model")
+    sock = listening_socket(args.host, args.port)  # a busy port is said now, not after the model loads
     model = Path(args.model) if args.model else default_model()
     lm = load(model, backend=args.backend, device=args.device, context=args.context,
               cache_tokens=args.max_tokens_in_flight)
     say_backend(lm.graph)
-    server = Server(lm, args.host, args.port, args.api_key, args.max_batch, args.max_queue)
+    server = Server(lm, args.host, args.port, args.api_key, args.max_batch, args.max_queue, sock)
     positions = lm.cache_blocks * BLOCK_SIZE
-    print(f"kuiper serve: {lm.directory.name} on http://{args.host}:{args.port}/v1 ({lm.graph.backend}; up to "
+    host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address, as a URL writes it
+    print(f"kuiper serve: {lm.directory.name} on http://{host}:{server.port}/v1 ({lm.graph.backend}; up to "
           f"{args.max_batch} sequences a step; KV cache of {positions} positions, "
           f"{format_bytes(lm.config.kv_cache_bytes_per_token() * positions)}); Ctrl-C stops", file=sys.stderr)
     server.run()

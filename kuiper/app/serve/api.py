@@ -1,9 +1,9 @@
 """The OpenAI API's requests and responses, as plain dicts: checked fields in, completion objects out.
 
 A request body is checked field by field before anything runs, and a field of the wrong type or range is an
-ApiError naming it (HTTP 400, the API's error object). Fields the API has and kuiper does not support with a
-value other than their default (n > 1, echo, logprobs, best_of) are refused the same way; other unknown fields
-are ignored, as the API does.
+ApiError naming it (HTTP 400, the API's error object). Fields the API has and kuiper does not support, given a
+value that asks for something (n > 1, echo, logprobs, penalties, logit_bias, tools, a JSON response_format:
+UNSUPPORTED), are refused the same way; other unknown fields are ignored, as the API does.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 import uuid
 
-from kuiper.core.errors import KuiperError
+from kuiper.core.errors import InputError, KuiperError
 from kuiper.llm.sampling import SamplingOptions
+from kuiper.llm.tokenizer import check_unicode
 
 #: the API's default max_tokens for /v1/completions (chat's default is the rest of the context)
 COMPLETION_MAX_TOKENS = 16
@@ -44,10 +45,26 @@ def _number(body: dict, name: str, default, low: float, high: float, integer: bo
     return value
 
 
+#: fields of the API that kuiper does not implement, and the values of each that ask for nothing it lacks (null
+#: always does): any other value is refused, so that no client gets an answer other than the one it asked for
+UNSUPPORTED = {"n": (1,), "best_of": (1,), "echo": (False,), "logprobs": (False,), "top_logprobs": (0,),
+               "suffix": (), "presence_penalty": (0,), "frequency_penalty": (0,), "logit_bias": ({},),
+               "tools": ([],), "functions": ([],), "response_format": ({"type": "text"},)}
+
+
+def _text(value: str, param: str) -> str:
+    """`value`, if it is text a tokenizer can take (no lone surrogate); else the ApiError naming `param`."""
+    try:
+        check_unicode(value, param)
+    except InputError as e:
+        raise ApiError(str(e), param=param) from None
+    return value
+
+
 def _unsupported(body: dict) -> None:
-    for name, default in (("n", 1), ("best_of", 1), ("echo", False), ("logprobs", None), ("suffix", None)):
+    for name, accepted in UNSUPPORTED.items():
         value = body.get(name)
-        if value is not None and value != default and not (name == "logprobs" and value is False):
+        if value is not None and value not in accepted:
             raise ApiError(f"'{name}'={value!r} is not supported by this server", param=name)
 
 
@@ -92,7 +109,7 @@ class Parsed:
         stops = [stop] if isinstance(stop, str) else stop
         if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOPS:
             raise ApiError(f"'stop' must be a non-empty string or a list of at most {MAX_STOPS} of them", param="stop")
-        return tuple(stops)
+        return tuple(_text(s, "stop") for s in stops)
 
     @staticmethod
     def _prompt(prompt):
@@ -100,7 +117,7 @@ class Parsed:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str) and prompt:
-            return prompt
+            return _text(prompt, "prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
             return prompt
         raise ApiError("'prompt' must be a non-empty string or list of token ids (one prompt per request)",
@@ -123,7 +140,8 @@ class Parsed:
                 content = "".join(p["text"] for p in content)
             if not isinstance(content, str):
                 raise ApiError(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
-            out.append({"role": message["role"], "content": content})
+            out.append({"role": _text(message["role"], f"messages[{i}].role"),
+                        "content": _text(content, f"messages[{i}].content")})
         return out
 
 

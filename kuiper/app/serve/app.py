@@ -119,6 +119,8 @@ def make_app(lm, scheduler, api_key: str | None = None):
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ApiError(f"the request body is not valid JSON ({e})") from None
+        except RecursionError:  # arrays or objects nested past the interpreter's recursion limit
+            raise ApiError("the request body is nested too deeply") from None
 
     def prompt_ids(parsed: Parsed) -> list:
         tokenizer = lm.tokenizer

@@ -3,6 +3,7 @@ benchmarks (`start()` returns once the socket listens, `stop()` ends the schedul
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -11,13 +12,29 @@ from kuiper.core.errors import KuiperError
 from kuiper.llm.scheduler import Scheduler
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (port 0: a free one), made before anything slow runs: an address in use, or a
+    host that is not one of this machine's, is a KuiperError naming it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port left in TIME_WAIT is free
+        sock.bind(address)
+    except OSError as e:
+        raise KuiperError(f"cannot listen on {host} port {port}: {e.strerror or e}") from None
+    return sock
+
+
 class Server:
-    """`lm` behind the OpenAI API on host:port (port 0: a free one, `port` tells which once started)."""
+    """`lm` behind the OpenAI API on host:port (port 0: a free one, `port` tells which), or on `sock`, a socket
+    listening_socket made."""
 
     def __init__(self, lm, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-                 max_batch: int = 16, max_queue: int = 64):
+                 max_batch: int = 16, max_queue: int = 64, sock: socket.socket | None = None):
         import uvicorn
 
+        self.socket = sock or listening_socket(host, port)
         self.lm, self.host = lm, host
         self.scheduler = Scheduler(lm, max_batch=max_batch, max_queue=max_queue)
         config = uvicorn.Config(make_app(lm, self.scheduler, api_key), host=host, port=port, log_level="warning",
@@ -27,7 +44,7 @@ class Server:
 
     @property
     def port(self) -> int:
-        return self.server.servers[0].sockets[0].getsockname()[1]
+        return self.socket.getsockname()[1]
 
     @property
     def url(self) -> str:
@@ -36,12 +53,13 @@ class Server:
     def run(self) -> None:
         """Serve until interrupted (Ctrl-C), then end every generation."""
         try:
-            self.server.run()
+            self.server.run(sockets=[self.socket])
         finally:
             self.scheduler.close()
 
     def start(self, timeout: float = 30.0) -> "Server":
-        self.thread = threading.Thread(target=self.server.run, name="kuiper-http", daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, name="kuiper-http",
+                                       daemon=True)
         self.thread.start()
         waited = time.monotonic() + timeout
         while not self.server.started:
