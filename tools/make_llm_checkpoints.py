@@ -119,7 +119,7 @@ CONVERSATION = [
 @dataclass
 class Spec:
     name: str
-    architecture: str  # LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM
+    architecture: str  # LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM or Qwen3ForCausalLM
     covers: str
     config: dict
     dtype: torch.dtype = torch.float32
@@ -180,6 +180,14 @@ SPECS = [
               head_dim=16, rms_norm_eps=1e-5, tie_word_embeddings=False, rope_theta=1000000.0,
               sliding_window=None),
          legacy_config=True),
+    Spec("qwen3", "Qwen3ForCausalLM",
+         "Qwen3: an RMSNorm over each head's queries and keys (q_norm, k_norm) before the rotation, "
+         "head_dim 16 set explicitly (q_proj maps 32 to 64), no biases (attention_bias false), tied "
+         "embeddings, rope_theta 1e6, GQA 4/2, use_sliding_window false, legacy config keys",
+         dict(hidden_size=32, intermediate_size=80, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=16, rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1000000.0,
+              attention_bias=False, use_sliding_window=False, max_window_layers=2),
+         legacy_config=True),
 ]
 
 for _i, _spec in enumerate(SPECS):
@@ -187,10 +195,10 @@ for _i, _spec in enumerate(SPECS):
 
 
 def build_config(spec: Spec, tok):
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     cls = {"LlamaForCausalLM": LlamaConfig, "Qwen2ForCausalLM": Qwen2Config,
-           "MistralForCausalLM": MistralConfig}[spec.architecture]
+           "MistralForCausalLM": MistralConfig, "Qwen3ForCausalLM": Qwen3Config}[spec.architecture]
     kwargs = dict(spec.config)
     rope = {"rope_type": "default", "rope_theta": kwargs.pop("rope_theta")}
     if "rope_scaling" in kwargs:
@@ -349,7 +357,17 @@ def make_checkpoint(spec: Spec, tok, out: Path) -> dict:
         "bytes": size,
         "smallest_greedy_margin": round(margin, 4),
         "largest_abs_prefill_logit": round(float(np.abs(ref["prefill_logits"]).max()), 4),
+        "made_with": made_with(),
     }
+
+
+def made_with() -> dict:
+    import safetensors
+    import tokenizers
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__}
 
 
 def set_tokenizer_class(directory: Path) -> None:
@@ -408,6 +426,7 @@ README = """\
 Made by `python tools/make_llm_checkpoints.py` with torch {torch}, transformers {transformers},
 tokenizers {tokenizers} and safetensors {safetensors} (`pip install torch=={torch_pin} transformers=={transformers}
 tokenizers=={tokenizers} safetensors=={safetensors}`); the test suite reads these files without any of them.
+A checkpoint made on its own (`--only NAME`) names the versions that made it, `made_with` in manifest.json.
 
 The weights are random, drawn from a fixed seed: these models produce no meaningful text. Each
 directory is a Hugging Face checkpoint saved by transformers' own classes, plus `reference.npz` with
@@ -431,10 +450,6 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="checkpoint names (default: all)")
     args = ap.parse_args(argv)
 
-    import safetensors
-    import tokenizers
-    import transformers
-
     torch.set_num_threads(2)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -443,7 +458,8 @@ def main(argv=None) -> int:
     assert len(tok) == VOCAB, len(tok)
 
     manifest_path = out / "manifest.json"
-    old = json.loads(manifest_path.read_text())["checkpoints"] if manifest_path.exists() else {}
+    before = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    old = before.get("checkpoints", {})
     checkpoints = {}
     for spec in SPECS:
         if args.only and spec.name not in args.only:
@@ -457,8 +473,9 @@ def main(argv=None) -> int:
     manifest = {
         "generator": "tools/make_llm_checkpoints.py",
         "random_weights": True,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__},
+        # the versions that made the checkpoints kept from before, where only some are made again (each
+        # checkpoint's own are its made_with)
+        "versions": before["versions"] if args.only and "versions" in before else made_with(),
         "prompt": PROMPT,
         "prompt_ids": tok.encode(PROMPT, add_special_tokens=True),
         "new_tokens": NEW_TOKENS,
@@ -476,7 +493,7 @@ def main(argv=None) -> int:
         "checkpoints": checkpoints,
     }
     manifest_path.write_text(dumps(manifest) + "\n")
-    versions = dict(manifest["versions"], torch_pin=torch.__version__.split("+")[0])
+    versions = dict(manifest["versions"], torch_pin=manifest["versions"]["torch"].split("+")[0])
     (out / "README.md").write_text(README.format(prompt=PROMPT, n=NEW_TOKENS, **versions))
     return 0
 

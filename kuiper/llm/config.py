@@ -1,6 +1,6 @@
 """config.json: what a Hugging Face checkpoint says about its architecture, read and checked.
 
-One decoder family covers Llama (Llama 2, Llama 3.x, TinyLlama, SmolLM), Qwen2 (Qwen2, Qwen2.5) and Mistral:
+One decoder family covers Llama (Llama 2, Llama 3.x, TinyLlama, SmolLM), Qwen2 (Qwen2, Qwen2.5), Mistral and Qwen3:
 token embedding, `num_hidden_layers` blocks of (RMSNorm, grouped-query attention with rotary positions, RMSNorm,
 SwiGLU MLP), each wrapped in a residual sum, then a final RMSNorm and the vocabulary projection (lm_head). They
 differ only in details, which config.json spells out:
@@ -9,7 +9,10 @@ differ only in details, which config.json spells out:
   default num_attention_heads), head_dim (default hidden_size / num_attention_heads), vocab_size;
 * rms_norm_eps; the rotary embedding's rope_theta and rope_scaling ({"rope_type": "llama3", "factor": ...});
   transformers 5 writes both as one `rope_parameters` dict, older files as two keys;
-* biases: Qwen2 has them on q, k and v always; Llama where `attention_bias` (q, k, v and o) and `mlp_bias` say;
+* biases: Qwen2 has them on q, k and v always; Llama where `attention_bias` (q, k, v and o) and `mlp_bias` say,
+  Qwen3 where `attention_bias` says;
+* Qwen3 normalizes each head's queries and keys (an RMSNorm over head_dim, `q_norm` and `k_norm`) before
+  the rotation;
 * tie_word_embeddings: lm_head reuses the embedding's matrix (no lm_head.weight in the file);
 * max_position_embeddings; a sliding_window (Mistral 7B v0.1, Qwen2 with use_sliding_window) limits how far back
   attention looks, which kuiper honours by holding at most that many positions;
@@ -27,7 +30,11 @@ from pathlib import Path
 from kuiper.core.errors import CheckpointError
 
 #: model_type -> whether q, k and v always have biases
-MODEL_TYPES = {"llama": False, "qwen2": True, "mistral": False}
+MODEL_TYPES = {"llama": False, "qwen2": True, "mistral": False, "qwen3": False}
+#: the model types whose `attention_bias` gives q, k, v and o biases
+ATTENTION_BIAS = ("llama", "qwen3")
+#: the model types that normalize each head's queries and keys before the rotation
+QK_NORM = ("qwen3",)
 ROPE_TYPES = ("default", "linear", "llama3")
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
@@ -48,6 +55,7 @@ class ModelConfig:
     rope_scaling: dict = field(default_factory=dict)  # rope_type and its factors; {} for none
     qkv_bias: bool = False
     o_bias: bool = False
+    qk_norm: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
@@ -100,7 +108,8 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     if head_dim % 2:
         raise CheckpointError(f"{path}: head_dim={head_dim} must be even (rotary embeddings turn pairs)")
     theta, scaling = _rope(raw, keys, path)
-    qkv_bias = MODEL_TYPES[model_type] or (model_type == "llama" and keys.flag("attention_bias"))
+    attention_bias = model_type in ATTENTION_BIAS and keys.flag("attention_bias")
+    qkv_bias = MODEL_TYPES[model_type] or attention_bias
     window = None
     if model_type == "mistral" or keys.flag("use_sliding_window"):
         window = keys.positive("sliding_window", None)
@@ -110,7 +119,7 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
         head_dim=head_dim, vocab_size=keys.positive("vocab_size"),
         max_position_embeddings=keys.positive("max_position_embeddings"),
         rms_norm_eps=keys.number("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
-        qkv_bias=qkv_bias, o_bias=model_type == "llama" and keys.flag("attention_bias"),
+        qkv_bias=qkv_bias, o_bias=attention_bias, qk_norm=model_type in QK_NORM,
         mlp_bias=model_type == "llama" and keys.flag("mlp_bias"), tie_word_embeddings=keys.flag("tie_word_embeddings"),
         sliding_window=window, bos_token_id=next(iter(keys.token_ids("bos_token_id")), None),
         eos_token_ids=keys.token_ids("eos_token_id"), path=path,

@@ -5,7 +5,8 @@ Two inputs: the token ids (1, S) int64 and their positions (S,) int64; S is the 
 forward (prefill) and one token in each later one (decode). One output: the logits (1, S, vocab). Per block:
 
     h -> input_layernorm (RMSNorm) -> q_proj, k_proj, v_proj (Linear)
-      -> each reshaped to (1, S, heads, head_dim) and permuted to (1, heads, S, head_dim)
+      -> each reshaped to (1, S, heads, head_dim) (Qwen3: q and k then normalized per head, q_norm and k_norm,
+         RMSNorms over head_dim) and permuted to (1, heads, S, head_dim)
       -> q and k rotated (kuiper.RotaryEmbedding) -> kuiper.CachedAttention (the KV cache lives here)
       -> permuted back, reshaped to (1, S, heads * head_dim) -> o_proj (Linear) -> h + that (residual)
       -> post_attention_layernorm (RMSNorm) -> gate_proj and up_proj (Linear)
@@ -85,13 +86,16 @@ def decoder_param(config, context: int, dtype_of, quantize: str | None = None) -
                         shape=f"(1,?,{out})f32")
         return w.op("nn.Linear", module, [x], params, weights(module, (out, inp), bias), shape=f"(1,?,{out})f32")
 
-    def norm(module: str, x: str) -> str:
+    def norm(module: str, x: str, size: int = hidden, shape: str = seq) -> str:
         return w.op("nn.RMSNorm", module, [x], dict(elementwise_affine=True, eps=c.rms_norm_eps,
-                                                   normalized_shape=[hidden]), weights(module, (hidden,)), shape=seq)
+                                                   normalized_shape=[size]), weights(module, (size,)), shape=shape)
 
-    def heads(name: str, x: str, count: int) -> str:
-        split = w.op("Tensor.reshape", f"{name}_split", [x], dict(shape=[1, -1, count, c.head_dim]),
-                     shape=f"(1,?,{count},{c.head_dim})f32")
+    def heads(name: str, x: str, count: int, normed: bool = False) -> str:
+        """(1, S, count * head_dim) -> (1, count, S, head_dim); `normed`: each head through {name}_norm first."""
+        shape = f"(1,?,{count},{c.head_dim})f32"
+        split = w.op("Tensor.reshape", f"{name}_split", [x], dict(shape=[1, -1, count, c.head_dim]), shape=shape)
+        if normed:
+            split = norm(f"{name}_norm", split, c.head_dim, shape)
         return w.op("Tensor.permute", f"{name}_heads", [split], dict(dims=[0, 2, 1, 3]),
                     shape=f"(1,{count},?,{c.head_dim})f32")
 
@@ -103,8 +107,10 @@ def decoder_param(config, context: int, dtype_of, quantize: str | None = None) -
     for i in range(c.num_hidden_layers):
         block, attn, mlp = f"model.layers.{i}", f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
         x = norm(f"{block}.input_layernorm", h)
-        q = heads(f"{attn}.q", linear(f"{attn}.q_proj", x, q_width, hidden, c.qkv_bias), c.num_attention_heads)
-        k = heads(f"{attn}.k", linear(f"{attn}.k_proj", x, kv_width, hidden, c.qkv_bias), c.num_key_value_heads)
+        q = heads(f"{attn}.q", linear(f"{attn}.q_proj", x, q_width, hidden, c.qkv_bias), c.num_attention_heads,
+                  c.qk_norm)
+        k = heads(f"{attn}.k", linear(f"{attn}.k_proj", x, kv_width, hidden, c.qkv_bias), c.num_key_value_heads,
+                  c.qk_norm)
         v = heads(f"{attn}.v", linear(f"{attn}.v_proj", x, kv_width, hidden, c.qkv_bias), c.num_key_value_heads)
         q = w.op("kuiper.RotaryEmbedding", f"{attn}.q_rotary", [q, positions], rope,
                  shape=f"(1,{c.num_attention_heads},?,{c.head_dim})f32")

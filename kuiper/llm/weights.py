@@ -60,6 +60,8 @@ def expected_tensors(config) -> dict:
                    "mlp.up_proj": (c.intermediate_size, c.hidden_size, c.mlp_bias),
                    "mlp.down_proj": (c.hidden_size, c.intermediate_size, c.mlp_bias)}
         tensors[f"{block}.input_layernorm.weight"] = (c.hidden_size,)
+        if c.qk_norm:
+            tensors[f"{block}.self_attn.q_norm.weight"] = tensors[f"{block}.self_attn.k_norm.weight"] = (c.head_dim,)
         for name, (out, inp, bias) in linears.items():
             tensors[f"{block}.{name}.weight"] = (out, inp)
             if bias:

@@ -70,7 +70,7 @@ def test_config_json_that_is_not_json(model):
 
 def test_unknown_model_type(model):
     edit_config(model, model_type="gpt2")
-    fails(model, r"config.json: model_type 'gpt2' is not supported \(supported: llama, qwen2, mistral\)")
+    fails(model, r"config.json: model_type 'gpt2' is not supported \(supported: llama, qwen2, mistral, qwen3\)")
 
 
 @pytest.mark.parametrize("changes, pattern", [

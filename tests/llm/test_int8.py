@@ -17,7 +17,8 @@ from kuiper.layers.linear import Linear
 from kuiper.llm.quantize import float_weight
 
 BACKENDS = [("reference", None), ("numpy", None)] + [("opencl", spec) for spec in OPENCL_DEVICES]
-CHECKPOINTS = ["llama_gqa", "qwen2", "llama_bf16", "mistral"]  # untied, biases and tied, bf16, head_dim apart
+# untied, biases and tied, bf16, head_dim apart, heads normed
+CHECKPOINTS = ["llama_gqa", "qwen2", "llama_bf16", "mistral", "qwen3"]
 SHAKESPEARE = MODELS / "shakespeare"
 
 
