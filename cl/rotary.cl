@@ -15,6 +15,9 @@
 // (turn_sincos): in turns, the quarter turns come off exactly, and short polynomials do the rest.
 
 #include "store.h"
+#ifdef NORMED
+#include "group_reduce.h"
+#endif
 
 #ifndef INDEX
 #define INDEX long  // the positions' integer type (kuiper/opencl/indices.py)
@@ -64,16 +67,32 @@ __kernel void rotary(__global store_t* restrict out, __global const store_t* res
 
 // Pair i of token s of every head of one piece (kuiper/opencl/heads.py): read from the piece's columns of x, a row
 // of `width` columns a token, starting at column `first`, written to out (batch, heads, tokens, 2 * pairs), turned
-// by (sn, c) where `turn` is set, copied where not.
+// by `turned` (sin, cos) where `turn` is set, copied where not. Built with -DNORMED=pairs, a work-group holds one
+// token's pairs, and a piece whose RMSNorm weights start at `scale_at` of `table` (-1: none) has each head divided by
+// the root mean square of its coordinates, summed over the group, and times the weights, before it turns; the angle
+// is then worked out after the group's barriers, at position p: Intel's CPU compiler lost the one kept across them.
 inline void cut_heads(__global store_t* restrict out, __global const store_t* restrict x, const int batch,
                       const int tokens, const int width, const int pairs, const int i, const int s, const int first,
-                      const int heads, const int turn, const float sn, const float c) {
+                      const int heads, const int turn, float2 turned, const float p,
+                      __global const uint* restrict table, const int scale_at, const float eps,
+                      __local float* reduce) {
     for (int b = 0; b < batch; ++b) {
         const long row = ((long)b * tokens + s) * width + first + i;
         for (int h = 0; h < heads; ++h) {
             const long from = row + (long)h * 2 * pairs;
             const long to = (((long)b * heads + h) * tokens + s) * 2 * pairs + i;
-            const float x1 = LOAD(x, from), x2 = LOAD(x, from + pairs);
+            float x1 = LOAD(x, from), x2 = LOAD(x, from + pairs);
+#ifdef NORMED
+            if (scale_at >= 0) {  // the same for the whole group, so that all of it meets the barriers
+                const float r = rsqrt(group_reduce(x1 * x1 + x2 * x2, reduce, false) / (2 * pairs) + eps);
+                x1 *= r * as_float(table[scale_at + i]);
+                x2 *= r * as_float(table[scale_at + i + pairs]);
+            }
+            if (turn) {
+                turned = pair_sincos(p, table, i);
+            }
+#endif
+            const float sn = turned.x, c = turned.y;
             STORE(out, to, turn ? x1 * c - x2 * sn : x1);
             STORE(out, to + pairs, turn ? x2 * c + x1 * sn : x2);
         }
@@ -81,17 +100,32 @@ inline void cut_heads(__global store_t* restrict out, __global const store_t* re
 }
 
 // Up to three pieces of x (batch, tokens, width) cut into heads in one launch, (pairs, tokens) as rotary: the
-// angle is worked out once where any piece turns (positions then given), and serves every head of each.
+// angle is worked out once where any piece turns (positions then given), and serves every head of each. `table`
+// holds the turns, then the weights of each piece's RMSNorm (at its scale_at).
 __kernel void split_heads(__global const store_t* restrict x, __global const INDEX* restrict positions,
-                          __global const uint* restrict turns, const int batch, const int tokens, const int width,
-                          const int pairs,
+                          __global const uint* restrict table, const int batch, const int tokens, const int width,
+                          const int pairs, const float eps,
                           __global store_t* restrict out0, const int first0, const int heads0, const int turn0,
+                          const int scale_at0,
                           __global store_t* restrict out1, const int first1, const int heads1, const int turn1,
-                          __global store_t* restrict out2, const int first2, const int heads2, const int turn2) {
+                          const int scale_at1,
+                          __global store_t* restrict out2, const int first2, const int heads2, const int turn2,
+                          const int scale_at2) {
     const int i = get_global_id(0);
     const int s = get_global_id(1);
-    const float2 turned = turn0 | turn1 | turn2 ? pair_sincos((float)positions[s], turns, i) : (float2)(0.0f, 1.0f);
-    cut_heads(out0, x, batch, tokens, width, pairs, i, s, first0, heads0, turn0, turned.x, turned.y);
-    cut_heads(out1, x, batch, tokens, width, pairs, i, s, first1, heads1, turn1, turned.x, turned.y);
-    cut_heads(out2, x, batch, tokens, width, pairs, i, s, first2, heads2, turn2, turned.x, turned.y);
+    const int turn = turn0 | turn1 | turn2;
+    const float p = turn ? (float)positions[s] : 0.0f;
+#ifdef NORMED
+    __local float reduce[NORMED];
+    const float2 turned = (float2)(0.0f, 1.0f);  // each head's angle is worked out in cut_heads
+#else
+    __local float* reduce = 0;  // never read: no piece is normed
+    const float2 turned = turn ? pair_sincos(p, table, i) : (float2)(0.0f, 1.0f);
+#endif
+    cut_heads(out0, x, batch, tokens, width, pairs, i, s, first0, heads0, turn0, turned, p, table, scale_at0, eps,
+              reduce);
+    cut_heads(out1, x, batch, tokens, width, pairs, i, s, first1, heads1, turn1, turned, p, table, scale_at1, eps,
+              reduce);
+    cut_heads(out2, x, batch, tokens, width, pairs, i, s, first2, heads2, turn2, turned, p, table, scale_at2, eps,
+              reduce);
 }

@@ -9,8 +9,12 @@ whose time is its launches (docs/performance.md). The heads pass (kuiper/runtime
 layer: every output head read from its columns of the product and written once, turned where a rotary
 followed.
 
+Qwen3 normalizes each head of q and k (an RMSNorm over its D coordinates) between the reshape and the permute;
+those norms come in too, each applied before its piece's rotation.
+
 Inputs: x (B, S, sum of n * D) float32 and, where a piece is rotated, positions (S,) int. Outputs: one
-(B, n, S, D) per piece, in the split's order. `rotaries` holds each piece's RotaryEmbedding layer, or None.
+(B, n, S, D) per piece, in the split's order. `rotaries` holds each piece's RotaryEmbedding layer, or None, and
+`norms` its RMSNorm layer, or None.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from kuiper.layers.base import Layer
 class SplitHeads(Layer):
     num_inputs = None
 
-    def __init__(self, op, heads: list, head_dim: int, rotaries: list):
+    def __init__(self, op, heads: list, head_dim: int, rotaries: list, norms: list | None = None):
         super().__init__(op)
         self.heads, self.head_dim, self.rotaries = list(heads), head_dim, list(rotaries)
+        self.norms = list(norms) if norms is not None else [None] * len(self.heads)
         self.rotated = any(r is not None for r in self.rotaries)
         self.firsts = np.cumsum([0] + [n * head_dim for n in self.heads[:-1]]).tolist()  # each piece's first column
         wanted = 2 if self.rotated else 1
@@ -58,7 +63,11 @@ class SplitHeads(Layer):
                 for first, n in zip(self.firsts, self.heads)]
 
     def forward_numpy(self, inputs, outputs):
-        for heads, rotary, out in zip(self.pieces(inputs[0]), self.rotaries, outputs):
+        for heads, norm, rotary, out in zip(self.pieces(inputs[0]), self.norms, self.rotaries, outputs):
+            if norm is not None:
+                normed = np.empty(heads.shape, np.float32)
+                norm.forward_numpy([heads], [normed])
+                heads = normed
             if rotary is None:
                 np.copyto(out, heads)
             else:

@@ -45,12 +45,13 @@ class IndexKernels:
     """One kernel of a file built once per integer dtype of the indices it reads (-DINDEX=long, int, ...): an
     index input may be any integer tensor, as on numpy, and int64 is only the usual one."""
 
-    def __init__(self, rt, file: str, name: str):
-        self.rt, self.file, self.name = rt, file, name
+    def __init__(self, rt, file: str, name: str, options: list = ()):
+        self.rt, self.file, self.name, self.options = rt, file, name, list(options)
         self.kernels = {}
 
     def __getitem__(self, dtype):
         kernel = self.kernels.get(dtype)
         if kernel is None:  # rt.kernel hashes the source each call: fetched once per dtype, not per forward
-            kernel = self.kernels[dtype] = self.rt.kernel(self.file, self.name, [f"-DINDEX={INDEX_TYPES[dtype]}"])
+            kernel = self.kernels[dtype] = self.rt.kernel(self.file, self.name,
+                                                          [f"-DINDEX={INDEX_TYPES[dtype]}", *self.options])
         return kernel

@@ -8,7 +8,10 @@ launch on OpenCL. kuiper/layers/heads.py's SplitHeads does what they do in one.
 
 Over the operators in execution order: a split of a (B, S, W) tensor along its last dim is rewritten when every
 piece is read by one reshape to (B, -1, n, D) (B the recorded batch or -1; one D for all pieces), that reshape
-by one permute (0, 2, 1, 3), and none of the tensors between them is a graph input or output. A permute whose
+by one permute (0, 2, 1, 3), and none of the tensors between them is a graph input or output. Between the
+reshape and the permute an RMSNorm over D alone may normalize each head (Qwen3's q_norm and k_norm; every such
+norm of the split with one eps, and D / 2 a power of two, which OpenCL's kernel sums over in a work-group). A
+permute whose
 output one RotaryEmbedding reads (as its x) takes that rotary in too, provided every rotary taken reads the same
 positions, made before the split, with the same frequencies. The new operator keeps the split's name, names the
 types it does and lists them in `absorbed`, as the other passes do. It runs after the sibling-projections pass
@@ -23,6 +26,8 @@ attention's name and layer and names the three types.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from kuiper.core.operators import RuntimeOperator, rewritten
@@ -30,8 +35,23 @@ from kuiper.layers.cached_attention import CachedAttention
 from kuiper.layers.heads import SplitHeads
 from kuiper.layers.permute import Permute
 from kuiper.layers.reshape import Reshape
+from kuiper.layers.rms_norm import RMSNorm
 from kuiper.layers.rotary import RotaryEmbedding
 from kuiper.layers.split import SplitLayer
+
+
+class Cut(NamedTuple):
+    """How one piece of the split goes: its reshape, the RMSNorm of its heads or None, its permute, its rotary or
+    None, and its heads."""
+    reshape: RuntimeOperator
+    norm: RuntimeOperator | None
+    permute: RuntimeOperator
+    rotary: RuntimeOperator | None
+    heads: int
+
+    @property
+    def operators(self) -> list:
+        return [o for o in (self.reshape, self.norm, self.permute, self.rotary) if o is not None]
 
 
 def join(order: list, graph_ends: set, heads_class=SplitHeads) -> list:
@@ -48,43 +68,49 @@ def join(order: list, graph_ends: set, heads_class=SplitHeads) -> list:
         found = _cuts(op, graph_ends)
         if found is None:
             continue
-        positions = {id(r.input_operands[1]): r.input_operands[1] for _, _, r, _ in found if r is not None}
+        positions = {id(c.rotary.input_operands[1]): c.rotary.input_operands[1] for c in found if c.rotary}
         if len(positions) > 1 or any(index.get(id(p.producer), -1) > index[id(op)] for p in positions.values()):
             continue
         replaced[op.name] = [_operator(op, found, [*positions.values()], heads_class)]
-        absorbed.update(o.name for cut in found for o in cut[:3] if o is not None)
+        absorbed.update(o.name for cut in found for o in cut.operators)
     return rewritten(order, replaced, absorbed)
 
 
 def _cuts(split, graph_ends: set):
-    """[(reshape, permute, rotary or None, heads)] for each piece of `split`, as described above, or None."""
+    """[Cut] for each piece of `split`, as described above, or None."""
     layer = split.layer
     if not isinstance(layer, SplitLayer) or len(split.input_operands) != 1:
         return None
     shape = split.input_operands[0].shape
     if shape is None or len(shape) != 3 or layer.dim % 3 != 2 or not isinstance(shape[2], int):
         return None
-    cuts = [_cut(piece, shape[0], graph_ends) for piece in split.output_operands]
-    if any(c is None for c in cuts) or len({c[4] for c in cuts}) != 1:
+    found = [_cut(piece, shape[0], graph_ends) for piece in split.output_operands]
+    if any(c is None for c in found) or len({dim for _, dim in found}) != 1:
         return None
-    if list(layer.sizes(shape[2])) != [heads * dim for *_, heads, dim in cuts]:
+    cuts = [cut for cut, _ in found]
+    if list(layer.sizes(shape[2])) != [cut.heads * dim for cut, dim in found]:
         return None
-    rotaries = [c[2] for c in cuts if c[2] is not None]
+    rotaries = [c.rotary for c in cuts if c.rotary is not None]
     if any(not np.array_equal(r.layer.inv_freq, rotaries[0].layer.inv_freq) for r in rotaries):
         return None
-    return [c[:4] for c in cuts]
+    if len({c.norm.layer.eps for c in cuts if c.norm is not None}) > 1:
+        return None
+    return cuts
 
 
 def _cut(piece, recorded, graph_ends: set):
-    """(reshape, permute, rotary or None, heads, head_dim) where `piece`, of a tensor of `recorded` batch, goes as
-    described above, or None."""
+    """(Cut, head_dim) where `piece`, of a tensor of `recorded` batch, goes as described above, or None."""
     reshape = _only_reader(piece, graph_ends)
     if reshape is None or not isinstance(reshape.layer, Reshape) or len(reshape.layer.shape) != 4:
         return None
     batch, rows, heads, dim = reshape.layer.shape
     if rows != -1 or heads < 1 or dim < 2 or dim % 2 or batch not in (-1, recorded):
         return None
-    permute = _only_reader(reshape.output_operand, graph_ends)
+    norm = permute = _only_reader(reshape.output_operand, graph_ends)
+    if norm is not None and _head_norm(norm.layer, dim):
+        permute = _only_reader(norm.output_operand, graph_ends)
+    else:
+        norm = None
     if permute is None or not isinstance(permute.layer, Permute) or permute.layer.axes != (0, 2, 1, 3):
         return None
     out = permute.output_operand
@@ -92,7 +118,15 @@ def _cut(piece, recorded, graph_ends: set):
     if rotary is not None and not (isinstance(rotary.layer, RotaryEmbedding) and rotary.input_operands[0] is out
                                    and rotary.input_operands[1] is not out and rotary.layer.head_dim == dim):
         rotary = None
-    return reshape, permute, rotary, heads, dim
+    return Cut(reshape, norm, permute, rotary, heads), dim
+
+
+def _head_norm(layer, dim: int) -> bool:
+    """Whether `layer` is an RMSNorm of each head alone (over its D coordinates, its weight its own) that SplitHeads
+    takes in: D / 2 a power of two."""
+    pairs = dim // 2
+    return (isinstance(layer, RMSNorm) and layer.normalized_shape == (dim,) and layer.weight_slot is None
+            and pairs & (pairs - 1) == 0)
 
 
 def _only_reader(operand, graph_ends: set):
@@ -105,18 +139,21 @@ def _only_reader(operand, graph_ends: set):
 
 def _operator(split, cuts: list, positions: list, heads_class) -> RuntimeOperator:
     """The operator that does the split, its cuts and their rotaries: x (and the positions) in, the heads out."""
-    types = [split.type, "Tensor.reshape", "Tensor.permute"] + (["kuiper.RotaryEmbedding"] if positions else [])
+    normed = any(cut.norm is not None for cut in cuts)
+    types = [split.type, "Tensor.reshape"] + (["nn.RMSNorm"] if normed else []) + ["Tensor.permute"] + \
+        (["kuiper.RotaryEmbedding"] if positions else [])
     op = RuntimeOperator("+".join(types), split.name, line=split.line)
     source = split.input_operands[0]
     op.input_operands = [source, *positions]
     op.input_names = split.input_names[:1] + [""] * len(positions)
-    op.output_operands = [(rotary or permute).output_operand for _, permute, rotary, _ in cuts]
+    op.output_operands = [(cut.rotary or cut.permute).output_operand for cut in cuts]
     for out in op.output_operands:
         out.producer = op
-    head_dim = cuts[0][0].layer.shape[3]
-    op.layer = heads_class(op, [heads for *_, heads in cuts], head_dim,
-                           [None if rotary is None else rotary.layer for _, _, rotary, _ in cuts])
-    op.absorbed = [split] + [o for cut in cuts for o in cut[:3] if o is not None]
+    head_dim = cuts[0].reshape.layer.shape[3]
+    op.layer = heads_class(op, [cut.heads for cut in cuts], head_dim,
+                           [None if cut.rotary is None else cut.rotary.layer for cut in cuts],
+                           [None if cut.norm is None else cut.norm.layer for cut in cuts])
+    op.absorbed = [split] + [o for cut in cuts for o in cut.operators]
     source.consumers = [c for c in source.consumers if c is not split] + [op]
     for operand in positions:
         operand.consumers = [c for c in operand.consumers if c not in op.absorbed] + [op]

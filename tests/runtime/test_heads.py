@@ -11,9 +11,11 @@ from tests.conftest import linear_weights, write_model
 HEADS = "torch.split+Tensor.reshape+Tensor.permute"
 
 
-def attention_inputs(batch: int = 1, k_reader: bool = False, positions_k: str = "positions") -> str:
+def attention_inputs(batch: int = 1, k_reader: bool = False, positions_k: str = "positions",
+                     normed: bool = False) -> str:
     """x (16 features) -> q (2 heads), k and v (1 head each) of head_dim 8, q and k rotated by `positions` (k by
-    `positions_k`); `k_reader` adds an operator that also reads k's heads before their rotation."""
+    `positions_k`); `k_reader` adds an operator that also reads k's heads before their rotation; `normed` an
+    RMSNorm of each of q's and k's heads (qn, kn) before the permute, as Qwen3 has."""
     lines = [
         f"pnnx.Input in0 0 1 x #x=({batch},?,16)f32",
         "pnnx.Input in1 0 1 positions #positions=(?)i64",
@@ -33,6 +35,12 @@ def attention_inputs(batch: int = 1, k_reader: bool = False, positions_k: str = 
         f"Tensor.reshape vs 1 1 v0 v1 shape=({batch},-1,1,8)",
         "Tensor.permute vh 1 1 v1 v2 dims=(0,2,1,3)",
     ]
+    if normed:  # q1 -> qn -> q1n -> qh, and k likewise
+        for name in "qk":
+            at = next(i for i, line in enumerate(lines) if line.startswith(f"Tensor.permute {name}h "))
+            lines[at] = lines[at].replace(f" {name}1 ", f" {name}1n ")
+            lines.insert(at, f"nn.RMSNorm {name}n 1 1 {name}1 {name}1n elementwise_affine=True eps=1e-06 "
+                             f"normalized_shape=(8) @weight=(8)f32")
     outputs = ["q3", "k3", "v2"]
     if k_reader:
         lines.append("nn.ReLU kk 1 1 k2 k4")
@@ -58,8 +66,10 @@ def rotated(heads: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 def expected(x, positions, w, k_reader: bool = False, positions_k=None) -> list:
     def heads(name, count):
-        y = x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
-        return y.reshape(x.shape[0], -1, count, 8).transpose(0, 2, 1, 3)
+        y = (x @ w[f"{name}.weight"].T + w[f"{name}.bias"]).reshape(x.shape[0], -1, count, 8)
+        if f"{name}n.weight" in w:  # RMSNorm of each head, in float64
+            y = y / np.sqrt(np.mean(y.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6) * w[f"{name}n.weight"]
+        return y.transpose(0, 2, 1, 3)
     k = heads("k", 1)
     outs = [rotated(heads("q", 2), positions), rotated(k, positions if positions_k is None else positions_k),
             heads("v", 1)]
@@ -97,6 +107,21 @@ def test_q_k_v_become_one_operator(tmp_path, cl_runtime, batch):
         assert not {"qr", "kr", "q.split[0]", "q.split[2]"} & set(types)
         layer = next(op.layer for op in graph.order if op.name == "q.split")
         assert layer.heads == [2, 1, 1] and [r is not None for r in layer.rotaries] == [True, True, False]
+        run_and_check(graph, lambda x, p, _: expected(x, p, w), batch)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_heads_normed_before_their_rotation_come_in_too(tmp_path, cl_runtime, batch):
+    w = linear_weights({"q": (16, True), "k": (8, True), "v": (8, True)}, 16, seed=8)
+    rng = np.random.default_rng(9)
+    w.update({f"{name}n.weight": 1 + 0.3 * rng.standard_normal(8, dtype=np.float32) for name in "qk"})
+    path = write_model(tmp_path, "heads", attention_inputs(batch, normed=True), w)
+    for graph in graphs(path, cl_runtime):
+        types = {op.name: op.type for op in graph.order}
+        assert types["q.split"] == "torch.split+Tensor.reshape+nn.RMSNorm+Tensor.permute+kuiper.RotaryEmbedding"
+        assert not {"qn", "kn", "qr", "kr"} & set(types)
+        layer = next(op.layer for op in graph.order if op.name == "q.split")
+        assert [n is not None for n in layer.norms] == [True, True, False]
         run_and_check(graph, lambda x, p, _: expected(x, p, w), batch)
 
 
