@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "models" / "llm" / "llama_gqa"
 
-#: the config.json values of HuggingFaceTB/SmolLM-135M, Qwen/Qwen2.5-0.5B and meta-llama/Llama-3.2-1B (its rope
-#: scaling left out: it changes no cost) that fix their computation
+#: the config.json values of HuggingFaceTB/SmolLM-135M, Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B and
+#: meta-llama/Llama-3.2-1B (its rope scaling left out: it changes no cost) that fix their computation
 SHAPES = {
     "smollm-135m": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                                   num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
@@ -31,6 +31,10 @@ SHAPES = {
                                    num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
                                    max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
                                    tie_word_embeddings=True)),
+    "qwen3-0.6b": ("qwen3", dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                                 max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                 attention_bias=False, tie_word_embeddings=True)),
     "llama3.2-1b": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                                   num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                                   max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
@@ -40,11 +44,12 @@ SHAPES = {
 
 def make(name: str, out: Path, dtype: str) -> Path:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
 
     model_type, values = SHAPES[name]
-    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[
-        model_type]
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                                 "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[model_type]
     torch.manual_seed(0)
     config = config_class(**values, bos_token_id=0, eos_token_id=1)
     model = model_class(config).to(getattr(torch, dtype))
