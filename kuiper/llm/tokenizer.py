@@ -26,6 +26,10 @@ CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), ("
             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 
+#: the names apply_chat_template gives the template itself
+TEMPLATE_NAMES = ("messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception")
+
+
 class Tokenizer:
     """encode(text) -> ids, decode(ids) -> text, the special tokens, and the chat template."""
 
@@ -77,9 +81,15 @@ class Tokenizer:
                 text = text.replace(before, after)
         return text
 
-    def apply_chat_template(self, messages: list, add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list, add_generation_prompt: bool = True, variables=None) -> str:
         """The conversation as the model reads it: [{"role": "user", "content": "..."}, ...] rendered by the
-        checkpoint's chat template, ending with the assistant's turn opened when `add_generation_prompt`."""
+        checkpoint's chat template, ending with the assistant's turn opened when `add_generation_prompt`.
+        `variables` ({name: value}) are more names the template may read, as transformers passes its extra keyword
+        arguments: Qwen3's reads `enable_thinking`, for one."""
+        taken = sorted(set(variables or ()) & set(TEMPLATE_NAMES))
+        if taken:
+            raise InputError(f"chat template variables may not be named {', '.join(taken)}: the template gets those "
+                             f"from the conversation")
         if self.chat_template is None:
             raise CheckpointError(f"{Path(self.path).parent}: no chat template (tokenizer_config.json's "
                                   f"chat_template or chat_template.jinja): this is not a chat model")
@@ -94,7 +104,7 @@ class Tokenizer:
         environment.globals["raise_exception"] = raise_exception
         try:
             template = environment.from_string(self.chat_template)
-            return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+            return template.render(**(variables or {}), messages=messages, add_generation_prompt=add_generation_prompt,
                                    bos_token=self.bos_token or "", eos_token=self.eos_token or "")
         except jinja2.exceptions.TemplateError as e:
             raise CheckpointError(f"{Path(self.path).parent}: the chat template fails: {e}") from None

@@ -87,6 +87,21 @@ def test_chat_answers_each_line_until_the_end_of_input(model, capsys, monkeypatc
     assert out.startswith(f"> Hello there\n{reply}\n")
 
 
+def test_chat_template_kwargs(model, capsys, monkeypatch, tmp_path):
+    for file in model.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    (tmp_path / "chat_template.jinja").write_text("{{ bos_token }}{% if brief %}Be brief. {% endif %}"
+                                                  "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello there\n"))
+    status, out, _ = run(["chat", str(tmp_path), "--max-new-tokens", "6", "--temperature", "0", "--template-kwargs",
+                          '{"brief": true}'], capsys)
+    lm = kuiper.llm.load(tmp_path, backend="numpy")
+    ids = lm.tokenizer.encode(f"{lm.tokenizer.bos_token}Be brief. Hello there", add_special_tokens=False)
+    assert status == 0 and out.startswith(f"> Hello there\n{lm.tokenizer.decode(lm.generate(ids, 6), True)}\n")
+    assert main(["chat", str(tmp_path), "--template-kwargs", "[1]"]) == 2
+    assert "argument --template-kwargs: give a JSON object, got list" in capsys.readouterr().err
+
+
 def test_chat_needs_a_chat_template(capsys, tmp_path):
     write_checkpoint(tmp_path / "base")
     status, _, err = run(["chat", str(tmp_path / "base")], capsys)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import kuiper
-from kuiper.core.errors import CheckpointError
+from kuiper.core.errors import CheckpointError, InputError
 from kuiper.llm.streaming import REPLACEMENT, TextStream
 from kuiper.llm.tokenizer import Tokenizer
 from llm_tools import BOS, CORPUS, EOS, train_tokenizer, write_checkpoint
@@ -88,6 +88,19 @@ def test_the_chat_template_renders_the_conversation(tokenizer, checkpoint, tmp_p
     (tmp_path / "chat_template.jinja").write_text("{{ raise_exception('roles must alternate') }}")
     with pytest.raises(CheckpointError, match="the chat template fails: roles must alternate"):
         Tokenizer(tmp_path).apply_chat_template(messages)
+
+
+def test_variables_reach_the_chat_template(checkpoint, tmp_path):
+    for file in checkpoint.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    (tmp_path / "chat_template.jinja").write_text(
+        "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
+        "{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}")
+    tokenizer, messages = Tokenizer(tmp_path), [{"role": "user", "content": "Hi"}]
+    assert tokenizer.apply_chat_template(messages) == "[Hi]"
+    assert tokenizer.apply_chat_template(messages, variables={"enable_thinking": False}) == "[Hi]<think></think>"
+    with pytest.raises(InputError, match="may not be named bos_token, messages: the template gets those"):
+        tokenizer.apply_chat_template(messages, variables={"messages": [], "bos_token": "x", "brief": True})
 
 
 def test_no_chat_template(tmp_path):

@@ -141,6 +141,19 @@ def test_bad_requests_get_the_apis_error_object(server, body, status, param, mes
     assert reply["error"]["param"] == param
 
 
+def test_chat_template_kwargs_reach_the_template(lm, server, monkeypatch):
+    monkeypatch.setattr(lm.tokenizer, "chat_template",
+                        "{% if brief %}Be brief. {% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    body = {"messages": [{"role": "user", "content": "Speak"}], "max_tokens": 2, "temperature": 0}
+    for variables, text in (({}, "Speak"), ({"brief": True}, "Be brief. Speak")):
+        code, reply, _ = request(server, "/v1/chat/completions", dict(body, chat_template_kwargs=variables))
+        prompt_tokens = len(lm.tokenizer.encode(text, add_special_tokens=False))
+        assert code == 200 and reply["usage"]["prompt_tokens"] == prompt_tokens
+    for variables in ({"messages": []}, [1]):
+        code, reply, _ = request(server, "/v1/chat/completions", dict(body, chat_template_kwargs=variables))
+        assert code == 400 and reply["error"]["param"] == "chat_template_kwargs"
+
+
 def test_other_paths_and_chat_errors(server):
     code, reply, _ = request(server, "/v1/engines")
     assert code == 404 and reply["error"]["type"] == "not_found_error"

@@ -55,7 +55,21 @@ def add_parser(sub, common, custom) -> None:
                           help="chat with a language model: one turn per line of stdin, until end of input")
     chat.add_argument("model", metavar="MODEL_DIR", help="a Hugging Face model directory with a chat template")
     chat.add_argument("--system", help="a system message to begin the conversation")
+    chat.add_argument("--template-kwargs", metavar="JSON", type=_template_kwargs, default={},
+                      help="a JSON object of more names the chat template reads, e.g. '{\"enable_thinking\": false}' "
+                           "for Qwen3")
     chat.set_defaults(func=cmd_chat)
+
+
+def _template_kwargs(text: str) -> dict:
+    """--template-kwargs: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"give a JSON object, got {type(value).__name__}")
+    return value
 
 
 def is_model_dir(path) -> bool:
@@ -142,7 +156,7 @@ def cmd_chat(args) -> None:
         if not line.strip():
             continue
         turns.append({"role": "user", "content": line})
-        ids = _fitting(lm, system, turns)
+        ids = _fitting(lm, system, turns, args.template_kwargs)
         if ids is None:
             turns.pop()
             print(f"kuiper: this message does not fit the context of {lm.context} tokens", file=sys.stderr)
@@ -155,11 +169,11 @@ def cmd_chat(args) -> None:
         turns.append({"role": "assistant", "content": "".join(reply)})
 
 
-def _fitting(lm, system: list, turns: list):
+def _fitting(lm, system: list, turns: list, variables: dict | None = None):
     """The conversation's ids, the oldest turns left out until it leaves room for a reply; None if the last
-    message alone does not fit."""
+    message alone does not fit. `variables`: more names for the chat template."""
     while turns:
-        text = lm.tokenizer.apply_chat_template(system + turns)
+        text = lm.tokenizer.apply_chat_template(system + turns, variables=variables)
         ids = lm.tokenizer.encode(text, add_special_tokens=False)
         if len(ids) < lm.context:
             return ids

@@ -100,6 +100,11 @@ class Parsed:
             raise ApiError("'stream_options' must be an object with a boolean 'include_usage'", param="stream_options")
         self.include_usage = options.get("include_usage", False)
         self.messages = self._messages(body.get("messages")) if chat else None
+        variables = body.get("chat_template_kwargs") if chat else None
+        if variables is not None and not isinstance(variables, dict):
+            raise ApiError("'chat_template_kwargs' must be an object: names the chat template reads, and their values",
+                           param="chat_template_kwargs")
+        self.template_variables = variables or {}
         self.prompt = None if chat else self._prompt(body.get("prompt"))
 
     @staticmethod

@@ -29,7 +29,7 @@ import threading
 import time
 
 from kuiper.app.serve.api import COMPLETION_MAX_TOKENS, ApiError, Parsed, chunk, completion, new_id, usage_chunk
-from kuiper.core.errors import KuiperError
+from kuiper.core.errors import InputError, KuiperError
 from kuiper.llm.scheduler import Generation, QueueFull
 
 #: the largest request body read, in bytes: a prompt is text, and a megabyte of it is past any context here
@@ -126,8 +126,10 @@ def make_app(lm, scheduler, api_key: str | None = None):
         tokenizer = lm.tokenizer
         try:
             if parsed.chat:
-                text = tokenizer.apply_chat_template(parsed.messages)
+                text = tokenizer.apply_chat_template(parsed.messages, variables=parsed.template_variables)
                 return tokenizer.encode(text, add_special_tokens=False)
+        except InputError as e:  # a name the template gets from the conversation, or text from those variables
+            raise ApiError(str(e).splitlines()[0], param="chat_template_kwargs") from None
         except KuiperError as e:
             raise ApiError(str(e).splitlines()[0], param="messages") from None
         if isinstance(parsed.prompt, str):
