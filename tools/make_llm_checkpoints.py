@@ -119,7 +119,7 @@ CONVERSATION = [
 @dataclass
 class Spec:
     name: str
-    architecture: str  # LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM or Qwen3ForCausalLM
+    architecture: str  # LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM
     covers: str
     config: dict
     dtype: torch.dtype = torch.float32
@@ -188,6 +188,12 @@ SPECS = [
               head_dim=16, rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1000000.0,
               attention_bias=False, use_sliding_window=False, max_window_layers=2),
          legacy_config=True),
+    Spec("smollm3", "SmolLM3ForCausalLM",
+         "SmolLM3: no rotation in some layers (NoPE; no_rope_layers [1, 0]: the second layer's q and k are "
+         "not rotated), rope_theta 2e6, GQA 4/2, tied embeddings, no biases, transformers 5 config keys",
+         dict(hidden_size=32, intermediate_size=80, num_attention_heads=4, num_key_value_heads=2,
+              rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=2000000.0, no_rope_layers=[1, 0],
+              attention_bias=False, mlp_bias=False, use_sliding_window=False)),
 ]
 
 for _i, _spec in enumerate(SPECS):
@@ -195,10 +201,10 @@ for _i, _spec in enumerate(SPECS):
 
 
 def build_config(spec: Spec, tok):
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, SmolLM3Config
 
-    cls = {"LlamaForCausalLM": LlamaConfig, "Qwen2ForCausalLM": Qwen2Config,
-           "MistralForCausalLM": MistralConfig, "Qwen3ForCausalLM": Qwen3Config}[spec.architecture]
+    cls = {"LlamaForCausalLM": LlamaConfig, "Qwen2ForCausalLM": Qwen2Config, "MistralForCausalLM": MistralConfig,
+           "Qwen3ForCausalLM": Qwen3Config, "SmolLM3ForCausalLM": SmolLM3Config}[spec.architecture]
     kwargs = dict(spec.config)
     rope = {"rope_type": "default", "rope_theta": kwargs.pop("rope_theta")}
     if "rope_scaling" in kwargs:

@@ -1,6 +1,7 @@
 """config.json: what a Hugging Face checkpoint says about its architecture, read and checked.
 
-One decoder family covers Llama (Llama 2, Llama 3.x, TinyLlama, SmolLM), Qwen2 (Qwen2, Qwen2.5), Mistral and Qwen3:
+One decoder family covers Llama (Llama 2, Llama 3.x, TinyLlama, SmolLM), Qwen2 (Qwen2, Qwen2.5), Mistral, Qwen3 and
+SmolLM3:
 token embedding, `num_hidden_layers` blocks of (RMSNorm, grouped-query attention with rotary positions, RMSNorm,
 SwiGLU MLP), each wrapped in a residual sum, then a final RMSNorm and the vocabulary projection (lm_head). They
 differ only in details, which config.json spells out:
@@ -9,8 +10,10 @@ differ only in details, which config.json spells out:
   default num_attention_heads), head_dim (default hidden_size / num_attention_heads), vocab_size;
 * rms_norm_eps; the rotary embedding's rope_theta and rope_scaling ({"rope_type": "llama3", "factor": ...});
   transformers 5 writes both as one `rope_parameters` dict, older files as two keys;
-* biases: Qwen2 has them on q, k and v always; Llama where `attention_bias` (q, k, v and o) and `mlp_bias` say,
-  Qwen3 where `attention_bias` says;
+* biases: Qwen2 has them on q, k and v always; Llama and SmolLM3 where `attention_bias` (q, k, v and o) and
+  `mlp_bias` say, Qwen3 where `attention_bias` says;
+* SmolLM3 leaves the rotation out of some layers (NoPE: `no_rope_layers`, a 0 for each such layer, by default
+  every fourth);
 * Qwen3 normalizes each head's queries and keys (an RMSNorm over head_dim, `q_norm` and `k_norm`) before
   the rotation;
 * tie_word_embeddings: lm_head reuses the embedding's matrix (no lm_head.weight in the file);
@@ -30,9 +33,10 @@ from pathlib import Path
 from kuiper.core.errors import CheckpointError
 
 #: model_type -> whether q, k and v always have biases
-MODEL_TYPES = {"llama": False, "qwen2": True, "mistral": False, "qwen3": False}
-#: the model types whose `attention_bias` gives q, k, v and o biases
-ATTENTION_BIAS = ("llama", "qwen3")
+MODEL_TYPES = {"llama": False, "qwen2": True, "mistral": False, "qwen3": False, "smollm3": False}
+#: the model types whose `attention_bias` gives q, k, v and o biases, and those whose `mlp_bias` gives the MLP's
+ATTENTION_BIAS = ("llama", "qwen3", "smollm3")
+MLP_BIAS = ("llama", "smollm3")
 #: the model types that normalize each head's queries and keys before the rotation
 QK_NORM = ("qwen3",)
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -56,12 +60,17 @@ class ModelConfig:
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm: bool = False
+    rope_layers: tuple = ()  # per layer, whether its q and k are rotated; () for every layer
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple = ()
     path: str = "config.json"
+
+    def rotated(self, layer: int) -> bool:
+        """Whether layer `layer` rotates its queries and keys."""
+        return not self.rope_layers or self.rope_layers[layer]
 
     @property
     def rope_type(self) -> str:
@@ -120,10 +129,25 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
         max_position_embeddings=keys.positive("max_position_embeddings"),
         rms_norm_eps=keys.number("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
         qkv_bias=qkv_bias, o_bias=attention_bias, qk_norm=model_type in QK_NORM,
-        mlp_bias=model_type == "llama" and keys.flag("mlp_bias"), tie_word_embeddings=keys.flag("tie_word_embeddings"),
+        mlp_bias=model_type in MLP_BIAS and keys.flag("mlp_bias"), tie_word_embeddings=keys.flag("tie_word_embeddings"),
+        rope_layers=_rope_layers(raw, keys, path) if model_type == "smollm3" else (),
         sliding_window=window, bos_token_id=next(iter(keys.token_ids("bos_token_id")), None),
         eos_token_ids=keys.token_ids("eos_token_id"), path=path,
     )
+
+
+def _rope_layers(raw: dict, keys: "_Keys", path: str) -> tuple:
+    """SmolLM3's layers that rotate: `no_rope_layers` (1: rotated, 0: not, a value a layer), else every layer but
+    each `no_rope_layer_interval`-th (default 4), as transformers fills it in."""
+    layers = keys.positive("num_hidden_layers")
+    flags = raw.get("no_rope_layers")
+    if flags is None:
+        interval = keys.positive("no_rope_layer_interval", 4)
+        return tuple((i + 1) % interval != 0 for i in range(layers))
+    if not isinstance(flags, list) or len(flags) != layers or any(f not in (0, 1) or isinstance(f, float)
+                                                                  for f in flags):
+        raise CheckpointError(f"{path}: no_rope_layers must be a list of {layers} values 0 or 1, got {flags!r}")
+    return tuple(bool(f) for f in flags)
 
 
 def _rope(raw: dict, keys: "_Keys", path: str) -> tuple:

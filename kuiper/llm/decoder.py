@@ -7,7 +7,8 @@ forward (prefill) and one token in each later one (decode). One output: the logi
     h -> input_layernorm (RMSNorm) -> q_proj, k_proj, v_proj (Linear)
       -> each reshaped to (1, S, heads, head_dim) (Qwen3: q and k then normalized per head, q_norm and k_norm,
          RMSNorms over head_dim) and permuted to (1, heads, S, head_dim)
-      -> q and k rotated (kuiper.RotaryEmbedding) -> kuiper.CachedAttention (the KV cache lives here)
+      -> q and k rotated (kuiper.RotaryEmbedding; not in SmolLM3's NoPE layers) -> kuiper.CachedAttention (the KV
+         cache lives here)
       -> permuted back, reshaped to (1, S, heads * head_dim) -> o_proj (Linear) -> h + that (residual)
       -> post_attention_layernorm (RMSNorm) -> gate_proj and up_proj (Linear)
       -> F.silu(gate) * up (SwiGLU: a pnnx.Expression mul) -> down_proj (Linear) -> h + that (residual)
@@ -112,10 +113,11 @@ def decoder_param(config, context: int, dtype_of, quantize: str | None = None) -
         k = heads(f"{attn}.k", linear(f"{attn}.k_proj", x, kv_width, hidden, c.qkv_bias), c.num_key_value_heads,
                   c.qk_norm)
         v = heads(f"{attn}.v", linear(f"{attn}.v_proj", x, kv_width, hidden, c.qkv_bias), c.num_key_value_heads)
-        q = w.op("kuiper.RotaryEmbedding", f"{attn}.q_rotary", [q, positions], rope,
-                 shape=f"(1,{c.num_attention_heads},?,{c.head_dim})f32")
-        k = w.op("kuiper.RotaryEmbedding", f"{attn}.k_rotary", [k, positions], rope,
-                 shape=f"(1,{c.num_key_value_heads},?,{c.head_dim})f32")
+        if c.rotated(i):  # SmolLM3's NoPE layers are not
+            q = w.op("kuiper.RotaryEmbedding", f"{attn}.q_rotary", [q, positions], rope,
+                     shape=f"(1,{c.num_attention_heads},?,{c.head_dim})f32")
+            k = w.op("kuiper.RotaryEmbedding", f"{attn}.k_rotary", [k, positions], rope,
+                     shape=f"(1,{c.num_key_value_heads},?,{c.head_dim})f32")
         o = w.op("kuiper.CachedAttention", f"{attn}.attention", [q, k, v, positions],
                  dict(head_dim=c.head_dim, max_positions=context, num_heads=c.num_attention_heads,
                       num_kv_heads=c.num_key_value_heads), shape=f"(1,{c.num_attention_heads},?,{c.head_dim})f32")

@@ -70,7 +70,8 @@ def test_config_json_that_is_not_json(model):
 
 def test_unknown_model_type(model):
     edit_config(model, model_type="gpt2")
-    fails(model, r"config.json: model_type 'gpt2' is not supported \(supported: llama, qwen2, mistral, qwen3\)")
+    fails(model, r"config.json: model_type 'gpt2' is not supported "
+                 r"\(supported: llama, qwen2, mistral, qwen3, smollm3\)")
 
 
 @pytest.mark.parametrize("changes, pattern", [
@@ -83,6 +84,9 @@ def test_unknown_model_type(model):
     (dict(eos_token_id="</s>"), "eos_token_id must be a token id or a list of them"),
     (dict(tie_word_embeddings="yes"), "tie_word_embeddings must be true or false"),
     (dict(head_dim=7), "head_dim=7 must be even"),
+    (dict(model_type="smollm3", no_rope_layers=[1, 1, 0]), r"no_rope_layers must be a list of 2 values 0 or 1, got "
+                                                           r"\[1, 1, 0\]"),
+    (dict(model_type="smollm3", no_rope_layers=[1, 0.5]), r"no_rope_layers must be a list of 2 values 0 or 1"),
 ])
 def test_inconsistent_config_keys(model, changes, pattern):
     edit_config(model, **changes)
