@@ -51,6 +51,24 @@ def test_option_values_out_of_range_are_usage_errors(argv, message, capsys):
     assert message in err.splitlines()[-1] and "Traceback" not in err
 
 
+def test_run_checks_before_it_allocates_or_writes(tmp_path, capsys):
+    """A batch whose inputs alone pass the memory limit, a directory for a model, a --save that cannot be written:
+    one line each; --save writes the path given, whatever its suffix."""
+    status, _, err = run(["run", "--batch", "1000000000", "--memory-limit", "4G"], capsys)
+    assert status == 1 and one_line(err) == ("kuiper: error: --batch 1000000000: the inputs alone take 547.6 TiB, "
+                                             "over the memory limit of 4.0 GiB (--memory-limit)")
+    status, _, err = run(["run", str(tmp_path)], capsys)
+    assert status == 1 and one_line(err) == f"kuiper: error: {tmp_path}: a directory: give a model's .pnnx.param file"
+    (tmp_path / "config.json").write_text("{}")
+    status, _, err = run(["run", str(tmp_path)], capsys)
+    assert status == 1 and "a language model's directory: kuiper generate or kuiper chat runs it" in one_line(err)
+    missing = tmp_path / "no" / "x.npz"
+    status, _, err = run(["run", "--save", str(missing)], capsys)
+    assert status == 1 and one_line(err) == f"kuiper: error: --save {missing}: No such file or directory"
+    status, _, _ = run(["run", "--save", str(tmp_path / "y.npy")], capsys)
+    assert status == 0 and list(np.load(tmp_path / "y.npy")) == ["output0"]
+
+
 def test_errors_are_one_line_and_debug_works_before_or_after_the_command(capsys):
     status, _, err = run(["run", "missing.pnnx.param"], capsys)
     assert status == 1 and one_line(err) == "kuiper: error: model file not found: missing.pnnx.param"

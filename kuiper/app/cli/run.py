@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from kuiper.app.cli.common import BACKEND_HELP, CliError, default_model, positiv
 from kuiper.app.folder import json_float
 from kuiper.core.errors import ConfigError
 from kuiper.runtime.auto import AUTO, CHOICES
+from kuiper.runtime.memory import format_bytes
 
 FOLDER_BATCH = 8  # images per forward in a folder run, unless --batch says otherwise
 RANDOM_WEIGHTS_NOTE = ("note: this model's weights are random (it was exported untrained: nothing could be "
@@ -80,6 +82,10 @@ def cmd_run(args) -> None:
     console = rich_console()
     param = Path(args.model) if args.model else default_model()
     require(param, "model")
+    if param.is_dir():
+        language_model = (param / "config.json").is_file()
+        raise CliError(f"{param}: " + ("a language model's directory: kuiper generate or kuiper chat runs it"
+                                        if language_model else "a directory: give a model's .pnnx.param file"))
     sources = [Path(p) for p in args.input or []]
     for path in sources:
         require(path, "input")
@@ -119,7 +125,7 @@ def cmd_run(args) -> None:
             outputs = graph.forward(*inputs, trace=args.trace and i == 0, profile=args.profile)
             times.append(time.perf_counter() - started)
     if args.save:
-        np.savez(args.save, **{f"output{k}": out for k, out in enumerate(outputs)})
+        _save(args.save, outputs)
     try:
         labels.check_names(names, outputs)
     except ConfigError as e:
@@ -165,21 +171,40 @@ def _inputs_for(graph, param: Path, sources: list, args, own):
     if sources:
         inputs = [_read_input(path, op, args, own) for path, op in zip(sources, graph.input_operators)]
         if args.batch:
+            _batch_fits(graph, args.batch, [(x.shape[1:], x.dtype.itemsize) for x in inputs])
             inputs = [np.ascontiguousarray(np.repeat(x[:1], args.batch, axis=0)) for x in inputs]
             return inputs, None
         return inputs, references.outputs_for(param, sources)  # the saved case's own files: check them too
     case = references.saved_case(param, args.batch or None)
     if case is not None:
         return case
-    rng = np.random.default_rng(0)
-    inputs = []
+    shapes = []
     for op in graph.input_operators:
         shape = op.output_operand.shape
         if shape is None or not all(isinstance(d, int) for d in shape):
             raise CliError(f"input '{op.name}' has no fixed shape in the .param: give --input")
-        shape = (args.batch or shape[0],) + tuple(shape[1:])
-        inputs.append(rng.standard_normal(shape, dtype=np.float32))
-    return inputs, None
+        shapes.append((args.batch or shape[0],) + tuple(shape[1:]))
+    _batch_fits(graph, args.batch or 1, [(shape[1:], 4) for shape in shapes])
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(shape, dtype=np.float32) for shape in shapes], None
+
+
+def _batch_fits(graph, batch: int, items: list) -> None:
+    """A CliError, before anything is allocated, if `batch` copies of inputs of these (item shape, itemsize) pass
+    the graph's memory limit on their own."""
+    needed = sum(batch * math.prod(shape) * itemsize for shape, itemsize in items)
+    if needed > graph.memory_limit:
+        raise CliError(f"--batch {batch}: the inputs alone take {format_bytes(needed)}, over the memory limit of "
+                       f"{format_bytes(graph.memory_limit)} (--memory-limit)")
+
+
+def _save(path: str, outputs: list) -> None:
+    """--save: the outputs as one .npz, written to the path given (np.savez would add .npz to another name)."""
+    try:
+        with open(path, "wb") as f:
+            np.savez(f, **{f"output{k}": out for k, out in enumerate(outputs)})
+    except OSError as e:
+        raise CliError(f"--save {path}: {e.strerror or e}") from None
 
 
 def _is_image_input(path: Path) -> bool:
