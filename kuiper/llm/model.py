@@ -37,7 +37,7 @@ from kuiper.llm.config import generation_eos, read_config
 from kuiper.llm.decoder import decoder_param
 from kuiper.llm.paged import BLOCK_SIZE, BUCKETS, BlockPool, Sequence, blocks_for, bucket, pack
 from kuiper.llm.quantize import QuantizedWeights, check_scheme
-from kuiper.llm.sampling import SamplingOptions, next_token
+from kuiper.llm.sampling import SamplingOptions, generator, next_token
 from kuiper.llm.streaming import TextStream
 from kuiper.llm.tokenizer import Tokenizer
 from kuiper.llm.weights import CheckpointWeights, expected_tensors
@@ -232,7 +232,7 @@ class LanguageModel:
         options = SamplingOptions(temperature, top_k, top_p)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ConfigError(f"max_new_tokens={max_new_tokens!r}: give a whole number >= 0")
-        return self._tokens(self._prompt(ids), max_new_tokens, options, np.random.default_rng(seed))
+        return self._tokens(self._prompt(ids), max_new_tokens, options, generator(seed))
 
     def _tokens(self, ids: list, max_new_tokens: int, options: SamplingOptions, rng):
         timings = self.last_timings = Timings()

@@ -38,6 +38,13 @@ class SamplingOptions:
             raise ConfigError(f"top_p={p!r}: give a number in (0, 1] (1 keeps every token)")
 
 
+def generator(seed: int | None) -> np.random.Generator:
+    """numpy's Generator for `seed` (None: fresh entropy), a ConfigError for a seed it cannot take."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ConfigError(f"seed={seed!r}: give a whole number >= 0")
+    return np.random.default_rng(seed)
+
+
 def probabilities(logits: np.ndarray, options: SamplingOptions) -> np.ndarray:
     """The distribution a token is drawn from, (vocab,) float64: zero outside top-k and top-p. Not for greedy."""
     # the largest logit subtracted first: a temperature so small that logit / T overflows then leaves the

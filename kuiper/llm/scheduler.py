@@ -36,7 +36,7 @@ import numpy as np
 from kuiper.core.errors import InputError, KuiperError
 from kuiper.cpu import threads
 from kuiper.llm.paged import BLOCK_SIZE, Sequence, blocks_for
-from kuiper.llm.sampling import SamplingOptions, next_token
+from kuiper.llm.sampling import SamplingOptions, generator, next_token
 from kuiper.llm.streaming import TextStream
 
 
@@ -53,7 +53,7 @@ class Generation:
     def __init__(self, ids, max_tokens: int, options: SamplingOptions = SamplingOptions(), seed: int | None = None,
                  stop=(), deliver=None):
         self.ids, self.max_tokens, self.options, self.stop = list(ids), max_tokens, options, tuple(stop)
-        self.rng = np.random.default_rng(seed)
+        self.rng = generator(seed)
         self.deliver = deliver or (lambda piece, finish: None)
         self.tokens = []            # the sampled tokens (an end-of-sequence token not included)
         self.sequence = None        # its blocks and length, once admitted

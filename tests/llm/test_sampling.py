@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kuiper.core.errors import ConfigError
-from kuiper.llm.sampling import SamplingOptions, next_token, probabilities
+from kuiper.llm.sampling import SamplingOptions, generator, next_token, probabilities
 
 RNG = np.random.default_rng(7)
 
@@ -104,3 +104,9 @@ def test_a_seed_reproduces_the_draws():
 def test_bad_options(options, message):
     with pytest.raises(ConfigError, match=message):
         SamplingOptions(**options)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "7"])
+def test_bad_seeds(seed):
+    with pytest.raises(ConfigError, match="seed=.*: give a whole number >= 0"):
+        generator(seed)
