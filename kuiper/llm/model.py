@@ -25,6 +25,7 @@ steps meet few lengths, and the pool holds one block more, where the padding row
 
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,12 @@ class LanguageModel:
         return np.split(logits[0, :ends[-1]], ends[:-1])
 
     def _prompt(self, ids) -> list:
-        ids = [int(i) for i in ids]
+        if isinstance(ids, str):
+            raise InputError("the prompt is text: give its token ids (tokenizer.encode(text)), or stream(text)")
+        try:  # ints and numpy's integers; not floats, which int() would cut
+            ids = [operator.index(i) for i in ids]
+        except TypeError:
+            raise InputError(f"the prompt must be token ids, whole numbers; got {str(ids)[:60]}") from None
         if not ids:
             raise InputError("the prompt has no tokens")
         if len(ids) > self.context:
@@ -271,7 +277,7 @@ class LanguageModel:
                seed: int | None = None):
         """An iterator over the generated text, piece by piece as it decodes (streaming.py). `prompt` is text
         (encoded with the tokenizer's special tokens) or a list of token ids."""
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        ids = self._prompt(self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
         return self._pieces(TextStream(self.tokenizer, ids),
                             self.tokens(ids, max_new_tokens, temperature, top_k, top_p, seed))
 

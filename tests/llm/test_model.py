@@ -145,6 +145,15 @@ def test_a_prompt_longer_than_the_context_is_refused(checkpoints):
         lm.generate(ids)
     with pytest.raises(InputError, match="no tokens"):
         lm.generate([])
+    # what is not token ids: text, floats (which int() would cut), a number; numpy's integers are ids
+    with pytest.raises(InputError, match=r"the prompt is text: give its token ids \(tokenizer.encode\(text\)\)"):
+        lm.generate("Once upon")
+    for bad in ([3, 1.5], 7):
+        with pytest.raises(InputError, match="the prompt must be token ids, whole numbers"):
+            lm.generate(bad)
+        with pytest.raises(InputError, match="the prompt must be token ids, whole numbers"):
+            lm.stream(bad)
+    assert lm.generate(np.array(ids[:2]), 3) == lm.generate(ids[:2], 3)
 
 
 @pytest.mark.parametrize("backend, device", BACKENDS + OPENCL)
