@@ -152,6 +152,11 @@ def test_chat_template_kwargs_reach_the_template(lm, server, monkeypatch):
     for variables in ({"messages": []}, [1]):
         code, reply, _ = request(server, "/v1/chat/completions", dict(body, chat_template_kwargs=variables))
         assert code == 400 and reply["error"]["param"] == "chat_template_kwargs"
+    with Server(lm, port=0, template_variables={"brief": True}) as briefed:  # kuiper serve --template-kwargs
+        for variables, text in (({}, "Be brief. Speak"), ({"brief": False}, "Speak")):  # the request's go over
+            code, reply, _ = request(briefed, "/v1/chat/completions", dict(body, chat_template_kwargs=variables))
+            prompt_tokens = len(lm.tokenizer.encode(text, add_special_tokens=False))
+            assert code == 200 and reply["usage"]["prompt_tokens"] == prompt_tokens
 
 
 def test_other_paths_and_chat_errors(server):

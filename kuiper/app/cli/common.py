@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -28,6 +29,22 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
     return value
+
+
+def json_object(text: str) -> dict:
+    """An argparse type: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"give a JSON object, got {type(value).__name__}")
+    return value
+
+
+#: --template-kwargs' help
+TEMPLATE_KWARGS_HELP = ("a JSON object of more names the chat template reads, e.g. '{\"enable_thinking\": false}' for "
+                        "Qwen3")
 
 
 def shape(text: str) -> tuple:

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from kuiper.app.cli.common import BACKEND_HELP, say_backend
+from kuiper.app.cli.common import BACKEND_HELP, TEMPLATE_KWARGS_HELP, json_object, say_backend
 from kuiper.core.errors import CheckpointError, InputError
 from kuiper.core.shipped import shipped
 from kuiper.runtime.auto import AUTO, CHOICES
@@ -55,21 +55,8 @@ def add_parser(sub, common, custom) -> None:
                           help="chat with a language model: one turn per line of stdin, until end of input")
     chat.add_argument("model", metavar="MODEL_DIR", help="a Hugging Face model directory with a chat template")
     chat.add_argument("--system", help="a system message to begin the conversation")
-    chat.add_argument("--template-kwargs", metavar="JSON", type=_template_kwargs, default={},
-                      help="a JSON object of more names the chat template reads, e.g. '{\"enable_thinking\": false}' "
-                           "for Qwen3")
+    chat.add_argument("--template-kwargs", metavar="JSON", type=json_object, default={}, help=TEMPLATE_KWARGS_HELP)
     chat.set_defaults(func=cmd_chat)
-
-
-def _template_kwargs(text: str) -> dict:
-    """--template-kwargs: a JSON object."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"give a JSON object, got {type(value).__name__}")
-    return value
 
 
 def is_model_dir(path) -> bool:

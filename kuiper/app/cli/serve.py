@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from kuiper.app.cli.common import BACKEND_HELP, CliError, say_backend
+from kuiper.app.cli.common import BACKEND_HELP, TEMPLATE_KWARGS_HELP, CliError, json_object, say_backend
 from kuiper.runtime.auto import AUTO, CHOICES
 
 #: the positions the KV cache's pool holds for all the sequences in flight, unless --max-tokens-in-flight says
@@ -36,6 +36,9 @@ def add_parser(sub, common, custom) -> None:
     serve.add_argument("--max-queue", type=int, default=64, metavar="Q",
                        help="requests waiting to start before more get 429 (default 64)")
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
+    serve.add_argument("--template-kwargs", metavar="JSON", type=json_object, default={},
+                       help=TEMPLATE_KWARGS_HELP + ", for every chat request (a request's chat_template_kwargs go over "
+                            "them)")
     serve.set_defaults(func=cmd_serve)
 
 
@@ -65,7 +68,7 @@ def cmd_serve(args) -> None:
     lm = load(model, backend=args.backend, device=args.device, context=args.context,
               cache_tokens=args.max_tokens_in_flight)
     say_backend(lm.graph)
-    server = Server(lm, args.host, args.port, args.api_key, args.max_batch, args.max_queue, sock)
+    server = Server(lm, args.host, args.port, args.api_key, args.max_batch, args.max_queue, sock, args.template_kwargs)
     positions = lm.cache_blocks * BLOCK_SIZE
     host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address, as a URL writes it
     print(f"kuiper serve: {lm.directory.name} on http://{host}:{server.port}/v1 ({lm.graph.backend}; up to "

@@ -84,8 +84,9 @@ class Mailbox:
             queue.put_nowait(item)
 
 
-def make_app(lm, scheduler, api_key: str | None = None):
-    """The application serving `lm` through `scheduler`; with `api_key`, /v1/ wants `Authorization: Bearer KEY`."""
+def make_app(lm, scheduler, api_key: str | None = None, template_variables: dict | None = None):
+    """The application serving `lm` through `scheduler`; with `api_key`, /v1/ wants `Authorization: Bearer KEY`;
+    `template_variables` go to the chat template of every chat request, under the request's own."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.responses import JSONResponse, StreamingResponse
@@ -126,7 +127,8 @@ def make_app(lm, scheduler, api_key: str | None = None):
         tokenizer = lm.tokenizer
         try:
             if parsed.chat:
-                text = tokenizer.apply_chat_template(parsed.messages, variables=parsed.template_variables)
+                variables = {**(template_variables or {}), **parsed.template_variables}
+                text = tokenizer.apply_chat_template(parsed.messages, variables=variables)
                 return tokenizer.encode(text, add_special_tokens=False)
         except InputError as e:  # a name the template gets from the conversation, or text from those variables
             raise ApiError(str(e).splitlines()[0], param="chat_template_kwargs") from None

@@ -28,17 +28,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 class Server:
     """`lm` behind the OpenAI API on host:port (port 0: a free one, `port` tells which), or on `sock`, a socket
-    listening_socket made."""
+    listening_socket made; `template_variables`, names for the chat template in every chat request."""
 
     def __init__(self, lm, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-                 max_batch: int = 16, max_queue: int = 64, sock: socket.socket | None = None):
+                 max_batch: int = 16, max_queue: int = 64, sock: socket.socket | None = None,
+                 template_variables: dict | None = None):
         import uvicorn
 
         self.socket = sock or listening_socket(host, port)
         self.lm, self.host = lm, host
         self.scheduler = Scheduler(lm, max_batch=max_batch, max_queue=max_queue)
-        config = uvicorn.Config(make_app(lm, self.scheduler, api_key), host=host, port=port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=5)
+        app = make_app(lm, self.scheduler, api_key, template_variables)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
         self.thread = None
 
