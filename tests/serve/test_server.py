@@ -133,6 +133,7 @@ def test_overlapping_requests_are_each_answered_as_alone(lm, server, client):
     (b'{"prompt": "a", "x": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, None, "nested too deeply"),
     ({"prompt": "a", "response_format": {"type": "json_object"}}, 400, "response_format", "is not supported"),
     ({"prompt": "a", "presence_penalty": 0.5}, 400, "presence_penalty", "'presence_penalty'=0.5 is not supported"),
+    ({"prompt": "a", "logprobs": 0}, 400, "logprobs", "'logprobs'=0 is not supported"),
 ])
 def test_bad_requests_get_the_apis_error_object(server, body, status, param, message):
     code, reply, _ = request(server, "/v1/completions", body)

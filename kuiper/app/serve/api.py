@@ -64,7 +64,9 @@ def _text(value: str, param: str) -> str:
 def _unsupported(body: dict) -> None:
     for name, accepted in UNSUPPORTED.items():
         value = body.get(name)
-        if value is not None and value not in accepted:
+        # a bool is accepted only as a bool: logprobs=0 on a completion asks for the sampled tokens' logprobs
+        if value is not None and not any(value == a and isinstance(value, bool) == isinstance(a, bool)
+                                         for a in accepted):
             raise ApiError(f"'{name}'={value!r} is not supported by this server", param=name)
 
 
