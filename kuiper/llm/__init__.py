@@ -1,4 +1,5 @@
-"""Language models on kuiper's graph: Llama, Qwen2, Mistral, Qwen3 and SmolLM3 checkpoints, numpy, reference and OpenCL.
+"""Language models on kuiper's graph: Llama, Qwen2, Mistral, Qwen3 and SmolLM3 checkpoints, numpy, reference and
+OpenCL.
 
     import kuiper.llm
     lm = kuiper.llm.load("path/to/model_dir", backend="numpy")   # or "reference", "opencl"; device=, precision=,

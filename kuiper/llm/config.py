@@ -144,8 +144,7 @@ def _rope_layers(raw: dict, keys: "_Keys", path: str) -> tuple:
     if flags is None:
         interval = keys.positive("no_rope_layer_interval", 4)
         return tuple((i + 1) % interval != 0 for i in range(layers))
-    if not isinstance(flags, list) or len(flags) != layers or any(f not in (0, 1) or isinstance(f, float)
-                                                                  for f in flags):
+    if not isinstance(flags, list) or len(flags) != layers or not all(type(f) is int and f in (0, 1) for f in flags):
         raise CheckpointError(f"{path}: no_rope_layers must be a list of {layers} values 0 or 1, got {flags!r}")
     return tuple(bool(f) for f in flags)
 

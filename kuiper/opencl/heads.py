@@ -23,6 +23,7 @@ class SplitHeads(OpenCLLayer, heads.SplitHeads):
         options = [f"-DNORMED={self.head_dim // 2}"] if normed else []
         self.cl_split = IndexKernels(rt, "rotary.cl", "split_heads", options)
         self.cl_eps = np.float32(normed[0].eps if normed else 0.0)
+        self.cl_group = (self.head_dim // 2, 1) if normed else None  # normed: a work-group a token
         rotary = next((r for r in self.rotaries if r is not None), None)
         # the table: the turns of each pair, then each normed piece's weights (ones where its norm has none)
         table = [np.zeros(self.head_dim) if rotary is None else turn_pairs(rotary.inv_freq)]
@@ -44,9 +45,8 @@ class SplitHeads(OpenCLLayer, heads.SplitHeads):
                   for out, first, n, rotary, scale_at in zip(outputs, self.firsts, self.heads, self.rotaries,
                                                              self.cl_scale_at)]
         pairs = self.head_dim // 2
-        group_size = (pairs, 1) if max(self.cl_scale_at) >= 0 else None  # normed: a work-group a token
         for at in range(0, len(pieces), PIECES_A_LAUNCH):
             group = pieces[at:at + PIECES_A_LAUNCH]
             group += [(group[0][0], 0, 0, 0, -1)] * (PIECES_A_LAUNCH - len(group))  # a piece of no heads: nothing
-            q.run(kernel, (pairs, tokens), group_size, x.buffer, positions.buffer, self.cl_table, batch, tokens,
+            q.run(kernel, (pairs, tokens), self.cl_group, x.buffer, positions.buffer, self.cl_table, batch, tokens,
                   width, pairs, self.cl_eps, *[arg for piece in group for arg in piece])
