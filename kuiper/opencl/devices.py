@@ -326,10 +326,10 @@ def by_preference(devices: list) -> list:
     """GPUs, then CPUs, then the rest; among CPUs PoCL, then Intel's runtime, then a PoCL whose compiler leaves
     out AVX-512 on a CPU that has it; else the drivers' order.
 
-    PoCL comes first where it compiles for the whole CPU: it then runs faster than Intel's runtime. A PoCL
-    whose LLVM is older than the CPU (the PoCL wheel's LLVM 14) may compile AVX2 code for a CPU with AVX-512,
-    and is then slower than Intel's runtime. On a CPU without AVX-512 PoCL keeps its place, unmeasured
-    (docs/tuning.md has the figures)."""
+    PoCL comes first where it compiles for the whole CPU: it then runs ResNet-18 as fast as Intel's runtime or
+    faster. A PoCL whose LLVM is older than the CPU (the PoCL wheel's LLVM 14) may compile AVX2 code for a CPU
+    with AVX-512, and is then slower than Intel's runtime. On a CPU without AVX-512 PoCL keeps its place,
+    unmeasured (docs/tuning.md has the figures)."""
     host = cpu_flags()
 
     def rank(entry):
