@@ -2,6 +2,7 @@
 
 import io
 import json
+import shutil
 
 import pytest
 
@@ -88,8 +89,7 @@ def test_chat_answers_each_line_until_the_end_of_input(model, capsys, monkeypatc
 
 
 def test_chat_template_kwargs(model, capsys, monkeypatch, tmp_path):
-    for file in model.iterdir():
-        (tmp_path / file.name).write_bytes(file.read_bytes())
+    shutil.copytree(model, tmp_path, dirs_exist_ok=True)
     (tmp_path / "chat_template.jinja").write_text("{{ bos_token }}{% if brief %}Be brief. {% endif %}"
                                                   "{% for m in messages %}{{ m['content'] }}{% endfor %}")
     monkeypatch.setattr("sys.stdin", io.StringIO("Hello there\n"))

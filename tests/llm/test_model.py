@@ -6,6 +6,7 @@ window, transformers 5's rope_parameters) on the reference and numpy backends, a
 then generation's stops, plans and memory."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -128,8 +129,7 @@ def test_generation_stops_at_eos_and_at_the_end_of_the_context(checkpoints):
 
 def test_generation_config_eos_takes_precedence(checkpoints, tmp_path):
     directory, _, _ = checkpoints["llama_gqa"]
-    for file in directory.iterdir():
-        (tmp_path / file.name).write_bytes(file.read_bytes())
+    shutil.copytree(directory, tmp_path, dirs_exist_ok=True)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 9]}))
     assert kuiper.llm.load(tmp_path, backend="numpy").eos_token_ids == {7, 9}
     eos = json.loads((directory / "config.json").read_text())["eos_token_id"]

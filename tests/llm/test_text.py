@@ -3,6 +3,7 @@ full decode, and a character split over several tokens is never emitted in half,
 a SentencePiece-style one (spaces as "▁", the first one stripped when decoding)."""
 
 import json
+import shutil
 
 import pytest
 
@@ -81,8 +82,7 @@ def test_the_chat_template_renders_the_conversation(tokenizer, checkpoint, tmp_p
                     f"<|assistant|>\n")
     assert not tokenizer.apply_chat_template(messages, add_generation_prompt=False).endswith("<|assistant|>\n")
     # transformers 5 keeps the template in chat_template.jinja, which comes first
-    for file in checkpoint.iterdir():
-        (tmp_path / file.name).write_bytes(file.read_bytes())
+    shutil.copytree(checkpoint, tmp_path, dirs_exist_ok=True)
     (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
     assert Tokenizer(tmp_path).apply_chat_template(messages) == "[Hello][Hi.][Tell me a story.]"
     (tmp_path / "chat_template.jinja").write_text("{{ raise_exception('roles must alternate') }}")
@@ -91,8 +91,7 @@ def test_the_chat_template_renders_the_conversation(tokenizer, checkpoint, tmp_p
 
 
 def test_variables_reach_the_chat_template(checkpoint, tmp_path):
-    for file in checkpoint.iterdir():
-        (tmp_path / file.name).write_bytes(file.read_bytes())
+    shutil.copytree(checkpoint, tmp_path, dirs_exist_ok=True)
     (tmp_path / "chat_template.jinja").write_text(
         "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
         "{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}")
@@ -110,8 +109,7 @@ def test_no_chat_template(tmp_path):
 
 
 def test_clean_up_tokenization_spaces_as_transformers_does(checkpoint, tmp_path):
-    for file in checkpoint.iterdir():
-        (tmp_path / file.name).write_bytes(file.read_bytes())
+    shutil.copytree(checkpoint, tmp_path, dirs_exist_ok=True)
     settings = json.loads((tmp_path / "tokenizer_config.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(settings | {"clean_up_tokenization_spaces": True}))
     tokenizer = Tokenizer(tmp_path)
