@@ -16,7 +16,10 @@ The kernels, and which one a layer runs:
   and so do gemm_cpu's "taps" variants (the rule's on CPUs where the kernel's windows overlap) from
   pad_planes' padded copy of the input, split into the stride's phases: no column matrix is written and
   read back. Winograd's F(m x m, 3x3) (kuiper/opencl/winograd.py) joins the variants of 3x3 stride-1
-  layers, undilated and ungrouped.
+  layers, undilated and ungrouped, and on CPUs conv_pixels (kuiper/opencl/conv_pixels.py) those of every
+  ungrouped layer with a kernel wider than 1x1: the same padded copy, the product turned round (output pixels
+  by output channels), which the rule takes where the taps variants would run and for 3x3 stride-1 layers of
+  few Winograd tiles.
 
 A residual sum and an activation fused after the convolution (kuiper/opencl/fused.py) run in the kernel's
 epilogue (`cl_epilogue`), as each output value is stored. Before any of it the layer drops the kernel rows and
@@ -31,6 +34,7 @@ import numpy as np
 
 from kuiper.layers import conv2d
 from kuiper.opencl.gemm import NO_BIAS, NO_EPILOGUE, ROW_BIAS, Gemm, Matrix, column_chunks
+from kuiper.opencl.conv_pixels import PixelConv
 from kuiper.opencl.layer import OpenCLLayer
 from kuiper.opencl.registry import opencl
 from kuiper.opencl.runtime import round_up
@@ -104,7 +108,10 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
         self.cl_direct = None
         self.gemm = Gemm(rt, kernel_size=None if self.pointwise else self.kernel_size, epilogue=self.cl_epilogue)
         self.winograd = WinogradConv(rt, self) if winograd_applies(self) else None
-        self.variants = self.gemm.choices(self.gemm_dims, "conv.cl", other=self.winograd)
+        # output pixels by output channels on CPUs, for ungrouped layers that have taps (pad_planes' copy)
+        self.pixels = PixelConv(rt, self) if rt.is_cpu and self.groups == 1 and not self.pointwise else None
+        others = [way for way in (self.pixels, self.winograd) if way is not None]
+        self.variants = self.gemm.choices(self.gemm_dims, "conv.cl", others=others)
         # rows of 16-byte multiples, which tensor-core variants copy 16 bytes at a time (the stem's 3 x 7 x 7)
         k, vec = self.w_gemm.shape[2], 16 // rt.storage.itemsize
         self.cl_ld = -(-k // vec) * vec if self.gemm.mma else k
@@ -140,7 +147,7 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
         weights = Matrix(self.cl_weight, self.cl_ld, group=cout_g * self.cl_ld)
         out = Matrix(y.buffer, ho * wo, group=cout_g * ho * wo, item=cout * ho * wo)
         variant = self.variants.pick(tuple(t.shape for t in inputs))
-        if self.winograd is not None and variant in self.winograd.variants:
+        if variant.launch in (self.winograd, self.pixels):  # Winograd or conv_pixels: kernels of their own
             variant(q, x, y, self.cl_bias, bias["epilogue"])
             return
         if variant in self.gemm.taps:
@@ -235,9 +242,10 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
         phase = (c * sh + row % sh) * sw + column % sw
         return ((phase * rows + row // sh) * phase_w + column // sw).astype(np.int32)
 
-    def _taps_opencl(self, q, x, out_hw: tuple, k: int, items: int, **gemm) -> None:
-        """pad_planes, then the GEMM of a taps variant on the padded input: `gemm` holds the call's C, A, variant
-        and bias."""
+    def padded_taps(self, q, x, items: int) -> tuple:
+        """Enqueue pad_planes on input x, its rows split into the stride's phases, for a taps variant or
+        conv_pixels: returns that copy, the taps table for x's size (uploaded once), the columns of a phase
+        plane and the floats of a padded input plane."""
         h, w = x.shape[-2:]
         if self.cl_pad is None:
             options = [f"-DKH={self.kernel_size[0]}", f"-DKW={self.kernel_size[1]}", f"-DSW={self.stride[1]}"]
@@ -245,6 +253,12 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
         if (h, w) not in self.cl_taps:
             self.cl_taps[h, w] = self.cl_rt.upload(self.taps((h, w)))
         padded, _, phase_w, plane = self._pad_planes(q, x, items, row_phases=self.stride[0])
+        return padded, self.cl_taps[h, w], phase_w, plane
+
+    def _taps_opencl(self, q, x, out_hw: tuple, k: int, items: int, **gemm) -> None:
+        """pad_planes, then the GEMM of a taps variant on the padded input: `gemm` holds the call's C, A, variant
+        and bias."""
+        padded, taps, phase_w, plane = self.padded_taps(q, x, items)
         cin, (ho, wo) = self.in_channels, out_hw
         if self.on_grid(wo):  # the padded grid as one row, its padding columns dropped (cl/gemm.cl)
             blocks = (1, self.taps_row(out_hw, phase_w), 0, phase_w, wo)
@@ -252,7 +266,7 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
             blocks = (ho, wo, phase_w, wo, wo)
         self.gemm(q, self.out_channels // self.groups, ho * wo, k, groups=self.groups, items=items,
                   b=Matrix(padded, 0, group=cin // self.groups * plane, item=cin * plane),
-                  image=(self.cl_taps[h, w], *blocks), **gemm)
+                  image=(taps, *blocks), **gemm)
 
     def on_grid(self, out_w: int) -> bool:
         """Whether a taps variant's blocks run along the padded grid of a phase plane, rows and all, rather than

@@ -322,25 +322,27 @@ class Gemm:
         gpu = [gpu_name(tile) for tile in self.tiles] + self.mma if self.family != "cpu" else []
         return cpu + gpu + ([GEMV] if self.family != "cpu" and self.gemv and self.gemv.runs else [])
 
-    def choices(self, dims, *files, other=None, k: int | None = None) -> Variants:
+    def choices(self, dims, *files, others=(), k: int | None = None) -> Variants:
         """A layer's choice among these variants per input shape, for a layer whose input shapes make GEMMs of
         dims(shapes) = (m, n, stack), or (m, n, stack, row) for a convolution (see rule); `files` names its
         other kernel files, which its time depends on too; k: the products' K, where the layer fixes it.
 
-        other: another way to compute the layer (kuiper/opencl/winograd.py's WinogradConv), more candidates:
-        its `variants`, built from its kernel `file`, of which the rule takes other.preferred(shapes) if any."""
+        others: other ways to compute the layer (kuiper/opencl/winograd.py's WinogradConv,
+        kuiper/opencl/conv_pixels.py's PixelConv), more candidates: each one's `variants`, built from its
+        kernel `file`. The rule takes the first other.preferred(shapes) that names one, else the GEMM's."""
         variants, files = [*self.variants.values()], ["gemm.cl", *(["gemm_mma.cl"] if self.mma else []),
                                                       *(["gemv.cl"] if self.kernel_size is None else []), *files]
-        if other is not None:
+        for other in others:
             variants += other.variants
             files.append(other.file)
 
         def rule(shapes):
-            return (other and other.preferred(shapes)) or self.rule(*dims(shapes), k=k)
+            return next(filter(None, (other.preferred(shapes) for other in others)), None) \
+                or self.rule(*dims(shapes), k=k)
 
         def candidates(shapes):
             _, n, _, *row = dims(shapes)
-            return self.candidates(n, *row) + ([v.name for v in other.variants] if other else [])
+            return self.candidates(n, *row) + [v.name for other in others for v in other.variants]
         return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------

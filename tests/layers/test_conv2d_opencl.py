@@ -9,6 +9,7 @@ import kuiper
 import kuiper.opencl.conv2d
 import kuiper.opencl.gemm
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy, on_opencl, write_model
+from kuiper.core.winograd import F4
 from kuiper.opencl import spec_of
 from test_conv2d import CASES, make_conv
 
@@ -65,11 +66,12 @@ def test_other_device_kinds_kernels_opencl(cl_runtime, monkeypatch, name):
 @pytest.mark.parametrize("name", ["stride2 odd batch3 nobias", "pointwise grouped"])
 def test_every_gemm_variant_opencl(cl_runtime, name):
     """im2col + each gemm_cpu block, implicit im2col + each gemm_gpu tile (for a 1x1 kernel: the input itself, a
-    plain product, which gemv computes too)."""
+    plain product, which gemv computes too; on CPUs, other kernels ungrouped, conv_pixels)."""
     layer, _, _ = make_conv(RNG, **CASES[name])
     x = RNG.standard_normal(CASES[name]["input_shape"], dtype=np.float32)
     names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
-    assert {n.split()[0] for n in names} == {"cpu", "gpu"} | ({"gemv"} if layer.pointwise else set())
+    pixels = {"pixels"} if cl_runtime.is_cpu and layer.groups == 1 else set()
+    assert {n.split()[0] for n in names} == {"cpu", "gpu"} | ({"gemv"} if layer.pointwise else pixels)
 
 
 def residual_graph(tmp_path, rt, groups: int, shape: tuple, activation: str):
@@ -182,6 +184,8 @@ def test_every_taps_variant_opencl(cl_runtime, name):
     x = RNG.standard_normal(TAPS_CASES[name]["input_shape"], dtype=np.float32)
     names = assert_every_variant_matches_numpy(layer, cl_runtime, x)
     assert {f"cpu 6x{width} taps" for width in (32, 16, 4, 1)} <= set(names)
+    if cl_runtime.is_cpu and layer.groups == 1:  # conv_pixels reads the same copy
+        assert {"pixels 5x64", "pixels 7x32"} <= set(names)
 
 
 def test_the_rule_takes_taps_where_windows_overlap_on_cpus(cl_runtime, monkeypatch):
@@ -211,6 +215,38 @@ def test_the_rule_takes_taps_where_windows_overlap_on_cpus(cl_runtime, monkeypat
     assert patches.variants.rule(((1, 3, 224, 224),)) == f"cpu 6x{widest}"
 
 
+def test_the_rule_takes_conv_pixels_on_cpus(cl_runtime, monkeypatch):
+    """conv_pixels where the taps variants would run, K is long enough (MIN_K) and its panels of output channels
+    fit (CHANNEL_SLACK), and for 3x3 stride-1 layers where Winograd has fewer than WINOGRAD_TILES tiles: ResNet-18's
+    layers at batch 1 but its stem."""
+    monkeypatch.setattr(cl_runtime, "is_cpu", True)
+    from kuiper.opencl import conv_pixels
+
+    def rule(cin, cout, shape, **conv):
+        layer, _, _ = make_conv(RNG, in_channels=cin, out_channels=cout, **{"kernel_size": 3, "padding": 1, **conv},
+                                backend="opencl")
+        layer.build_opencl(cl_runtime)
+        return layer.variants.rule((shape,))
+
+    assert rule(3, 64, (1, 3, 224, 224), kernel_size=7, stride=2, padding=3).endswith(" taps")  # the stem: K = 147
+    assert 147 < conv_pixels.MIN_K <= 64 * 9
+    assert rule(64, 128, (1, 64, 56, 56), stride=2) == "pixels 5x64"
+    assert rule(256, 256, (1, 256, 14, 14)) == "pixels 5x64"  # F(4x4): 16 tiles
+    assert F4.tiles(14, 14) == (4, 4) and 2 * 16 >= conv_pixels.WINOGRAD_TILES > 16
+    assert rule(256, 256, (2, 256, 14, 14)).startswith("winograd")  # 32 tiles over the batch
+    assert rule(128, 128, (1, 128, 28, 28)).startswith("winograd")
+    assert rule(32, 96, (1, 32, 20, 20), stride=2) == "pixels 7x32"  # 96 channels: two panels of 64 compute 128
+    assert rule(32, 40, (1, 32, 20, 20), stride=2).endswith(" taps")  # two panels of 32 for 40: over CHANNEL_SLACK
+    grouped, _, _ = make_conv(RNG, in_channels=256, out_channels=256, kernel_size=3, stride=2, padding=1, groups=2,
+                              backend="opencl")  # 128 channels a group: GEMMs, not grouped_rows
+    grouped.build_opencl(cl_runtime)
+    assert grouped.pixels is None and grouped.variants.rule(((1, 256, 14, 14),)).endswith(" taps")
+    monkeypatch.setattr(cl_runtime, "is_cpu", False)
+    gpu, _, _ = make_conv(RNG, in_channels=64, out_channels=64, kernel_size=3, stride=2, padding=1, backend="opencl")
+    gpu.build_opencl(cl_runtime)
+    assert gpu.pixels is None
+
+
 def test_no_taps_variant_where_offsets_would_pass_32_bits_windows_do_not_overlap_or_the_grid_is_mostly_padding():
     # the taps table holds 32-bit offsets into one group's padded input: 256 channels of 3000 x 3000 pass 2^31
     layer, _, _ = make_conv(RNG, **TAPS_CASES["7x7 stride2 pad3"], backend="opencl")
@@ -230,18 +266,31 @@ def test_no_taps_variant_where_offsets_would_pass_32_bits_windows_do_not_overlap
         assert patches.gemm_dims([(1, 4, 32, 200)])[3] == 0
 
 
+#: the variants that read pad_planes' copy: gemm_cpu's taps, and on CPUs conv_pixels (kuiper/opencl/conv_pixels.py)
+PADDED_VARIANTS = ["cpu 6x32 taps", "pixels 5x64", "pixels 7x32"]
+
+
+def skip_pixels_off_cpus(rt, variant: str) -> None:
+    if variant.startswith("pixels") and not rt.is_cpu:
+        pytest.skip("conv_pixels runs on CPUs")
+
+
+@pytest.mark.parametrize("variant", PADDED_VARIANTS)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_the_taps_variant_runs_the_fused_epilogue(cl_runtime, tmp_path, activation):
+def test_the_taps_variant_runs_the_fused_epilogue(cl_runtime, tmp_path, activation, variant):
     # stride 1, short rows: a padded grid of 7 rows of 42 columns, 40 of them outputs, blocks across its rows;
     # the residual is read where each output lies
+    skip_pixels_off_cpus(cl_runtime, variant)
     expected, x, graph = residual_graph(tmp_path, cl_runtime, 1, (2, 5, 7, 40), activation)
     (layer,) = [op.layer.main for op in graph.order if op.type.startswith("nn.Conv2d")]
-    layer.variants.fix([x.shape, x.shape], "cpu 6x32 taps")
+    layer.variants.fix([x.shape, x.shape], variant)
     np.testing.assert_allclose(graph.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
 
 
-def test_the_taps_variant_runs_the_fused_epilogue_along_strided_rows(cl_runtime, tmp_path):
+@pytest.mark.parametrize("variant", PADDED_VARIANTS)
+def test_the_taps_variant_runs_the_fused_epilogue_along_strided_rows(cl_runtime, tmp_path, variant):
     # stride 2: output rows of 70, blocks at 0, 32 and (slid back) 38 of each; the residual is a second input
+    skip_pixels_off_cpus(cl_runtime, variant)
     text = """7767517
 7 6
 pnnx.Input               in0     0 1 x #x=(2,3,8,140)f32
@@ -258,10 +307,10 @@ pnnx.Output              out     1 0 y
     graph = kuiper.load(path, backend="opencl", device=spec_of(cl_runtime.device))
     (fused,) = [op.layer for op in graph.order if op.type.startswith("nn.Conv2d")]
     assert fused.main.cl_epilogue.add is not None  # the sum runs in the GEMM's epilogue
-    fused.main.variants.fix([x.shape, r.shape], "cpu 6x32 taps")
+    fused.main.variants.fix([x.shape, r.shape], variant)
     expected = kuiper.load(path, backend="reference").forward(x, r)[0]
     np.testing.assert_allclose(graph.forward(x, r)[0], expected, rtol=1e-4, atol=1e-4)
-    assert set(fused.main.variants.chosen.values()) == {"cpu 6x32 taps"}  # no other shape key came up
+    assert set(fused.main.variants.chosen.values()) == {variant}  # no other shape key came up
 
 
 def test_weight_rows_padded_for_tensor_cores_serve_every_variant(cl_runtime, monkeypatch):
