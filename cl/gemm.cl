@@ -101,7 +101,44 @@ __kernel OWN_LANES void gemm_cpu(__global store_t* restrict C, __global const st
         #pragma unroll
         for (int v = 0; v < NV; ++v) acc[r][v] = 0.0f;
     }
-    for (int k = 0; k < K; ++k) {
+    int k0 = 0;
+#ifdef STREAMS
+    // the first 2 * split of K as two halves side by side: the work-item then reads B from memory as two
+    // streams, which the cores' prefetchers serve faster than one (a decode step's products, a classifier's)
+    const int split = K >= STREAMS ? K / 2 : 0;
+    floatV acc2[MB][NV];
+    #pragma unroll
+    for (int r = 0; r < MB; ++r) {
+        #pragma unroll
+        for (int v = 0; v < NV; ++v) acc2[r][v] = 0.0f;
+    }
+    for (int k = 0; k < split; ++k) {
+        const __global store_t* row = B + (long)k * ldb;
+        const __global store_t* row2 = B + (long)(k + split) * ldb;
+        floatV b[NV], b2[NV];
+        #pragma unroll
+        for (int v = 0; v < NV; ++v) {
+            b[v] = LOADV((row + v * VN));
+            b2[v] = LOADV((row2 + v * VN));
+        }
+        #pragma unroll
+        for (int r = 0; r < MB; ++r) {
+            const float a = LOAD(a_row[r], k), a2 = LOAD(a_row[r], k + split);
+            #pragma unroll
+            for (int v = 0; v < NV; ++v) {
+                acc[r][v] += a * b[v];
+                acc2[r][v] += a2 * b2[v];
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < MB; ++r) {
+        #pragma unroll
+        for (int v = 0; v < NV; ++v) acc[r][v] += acc2[r][v];
+    }
+    k0 = 2 * split;
+#endif
+    for (int k = k0; k < K; ++k) {
 #ifdef TAPS
         const __global store_t* row = B + taps[k];
 #else

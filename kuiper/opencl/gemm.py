@@ -70,6 +70,11 @@ SHORT_ROWS = (8, 4, 2)
 #: blocks each read B once), on Intel's CPU runtime where 32-column blocks are the widest: there 8 x 32 blocks ran
 #: faster than 4 x 32 at 16 and 32 rows, on PoCL slower (docs/tuning.md)
 TALL_ROWS_MAX = 48
+#: blocks of at most this many rows of a plain product read B as two streams, the two halves of K side by side,
+#: where K is at least STREAMS_MIN_K (cl/gemm.cl's -DSTREAMS): such products (a decode step's, a classifier's at
+#: batch 1) stream B from memory, and a core's prefetchers serve two streams faster than one (docs/tuning.md)
+STREAM_ROWS = 2
+STREAMS_MIN_K = 512
 #: a block's cost beside its rows, in rows (loads of B and the launch of its work-item): weighed against the rows
 #: a taller block computes in vain, it keeps 6 where 4 saves little (64 rows: 66 computed, 11 blocks against 16)
 ROW_BLOCK_COST = 1
@@ -348,7 +353,8 @@ class Gemm:
     # ---- kernels ------------------------------------------------------------------------------------
     def _cpu_kernel(self, rows: int, block, taps: bool):
         _, nv, vn = block
-        return self.rt.kernel("gemm.cl", "gemm_cpu", [f"-DMB={rows}", f"-DNV={nv}", f"-DVN={vn}",
+        streams = [f"-DSTREAMS={STREAMS_MIN_K}"] if rows <= STREAM_ROWS and not taps else []
+        return self.rt.kernel("gemm.cl", "gemm_cpu", [f"-DMB={rows}", f"-DNV={nv}", f"-DVN={vn}", *streams,
                                                       *(["-DTAPS"] if taps else []), *self.epilogue.options])
 
     def _gpu_kernel(self, tile, split: bool = False):

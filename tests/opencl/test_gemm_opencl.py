@@ -71,11 +71,12 @@ def test_bias_per_row_and_column_with_padded_rows(cl_runtime, variant, m, n, k):
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 13, 16, 30])
 def test_short_row_blocks_against_numpy(cl_runtime, rows, m):
     """The shorter blocks of a plain product of few rows (a decode step's Linear): rows that are not a multiple
-    of the block, columns past the last whole block, a bias per column."""
+    of the block, columns past the last whole block, a bias per column; a K long enough for the blocks of up to
+    STREAM_ROWS rows to read B as two streams, odd so that one k is left after the two halves."""
     gemm = Gemm(cl_runtime, "cpu")
-    for n in (35, 70):
+    for n, k in [(35, 40), (70, 40), (35, gemm_module.STREAMS_MIN_K + 3)]:
         width = next(block[0] for block in gemm.cpu_blocks if block[0] <= n)
-        a, b = RNG.standard_normal((m, 40), dtype=np.float32), RNG.standard_normal((40, n), dtype=np.float32)
+        a, b = RNG.standard_normal((m, k), dtype=np.float32), RNG.standard_normal((k, n), dtype=np.float32)
         bias = RNG.standard_normal(n, dtype=np.float32)
         got = gemm_on_device(cl_runtime, None, a, b, bias, COLUMN_BIAS, pad=1, name=f"cpu {rows}x{width}")
         assert_close(got, a.astype(np.float64) @ b + bias)
