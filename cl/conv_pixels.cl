@@ -13,7 +13,9 @@
 // for MB x NV vector multiply-adds.
 //
 // Work-item (r, nb, item) computes a run of `run` blocks (at most RUN), pixels from r * run * MB, for channels
-// from nb * NB of one batch item. It goes through K in chunks of KC, each chunk for every block of the run,
+// from nb * NB of one product: a batch item, or a tile position of Winograd's products (kuiper/opencl/winograd.py),
+// whose image starts padded_item and whose panels panels_item elements after the last's (0: one set for a
+// convolution's items). It goes through K in chunks of KC, each chunk for every block of the run,
 // keeping the blocks' sums in `sums` between chunks: a chunk of the panel comes from memory once and stays in
 // the cache for the run, where block by block the whole panel would stream from memory for each. Then channel
 // by channel, 16 pixels at a time, the bias and the fused epilogue (cl/epilogue.h) on a vector, stored to the
@@ -34,7 +36,8 @@ __kernel OWN_LANES void conv_pixels(__global store_t* restrict y, __global const
                                     __global const int* restrict taps, __global const store_t* restrict panels,
                                     __global const store_t* restrict bias, const int has_bias, EPILOGUE_ARGS,
                                     const int channels, const int K, const int pixels, const int out_w,
-                                    const int phase_w, const long padded_item, const int run) {
+                                    const int phase_w, const long padded_item, const long panels_item,
+                                    const int run) {
     const int first = get_global_id(0) * run, n0 = get_global_id(1) * NB;
     const long item = get_global_id(2);
     const int blocks = (pixels + MB - 1) / MB - first < run ? (pixels + MB - 1) / MB - first : run;
@@ -60,7 +63,7 @@ __kernel OWN_LANES void conv_pixels(__global store_t* restrict y, __global const
                 #pragma unroll
                 for (int v = 0; v < NV; ++v) acc[r][v] = k0 ? sums[b][r][v] : 0.0f;
             }
-            const __global store_t* w = panels + ((long)n0 * K + k0 * NB);
+            const __global store_t* w = panels + item * panels_item + ((long)n0 * K + k0 * NB);
             for (int k = k0; k < k1; ++k, w += NB) {
                 float16 wv[NV];
                 #pragma unroll

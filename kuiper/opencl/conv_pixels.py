@@ -47,6 +47,43 @@ def name(block: tuple) -> str:
     return f"pixels {mb}x{16 * nv}"
 
 
+def fitting_block(channels: int) -> tuple | None:
+    """The widest of BLOCKS whose panels compute at most CHANNEL_SLACK more channels than `channels`, or None."""
+    return next((block for block in BLOCKS
+                 if -(-channels // (16 * block[1])) * 16 * block[1] <= channels * (1 + CHANNEL_SLACK)), None)
+
+
+def kernel(rt, block: tuple, options=()):
+    """conv_pixels built for `block` (MB pixel rows, NV vectors of 16 channels) on `rt`, with `options` (an
+    epilogue's)."""
+    mb, nv = block
+    return rt.kernel(PixelConv.file, "conv_pixels", [f"-DMB={mb}", f"-DNV={nv}", f"-DRUN={RUN}", f"-DKC={CHUNK_K}",
+                                                     *options])
+
+
+def panels(weights: np.ndarray, block: tuple) -> np.ndarray:
+    """Weights (..., Cout, K) as conv_pixels reads them: (..., Cout / NB, K, NB), the missing channels 0."""
+    nb, (*stack, cout, k) = 16 * block[1], weights.shape
+    padded = np.zeros((*stack, -(-cout // nb) * nb, k), np.float32)
+    padded[..., :cout, :] = weights
+    return np.ascontiguousarray(padded.reshape(*stack, -1, nb, k).swapaxes(-1, -2))
+
+
+def enqueue(q, kernel, block: tuple, y, image, taps, panels, bias, epilogue: tuple, channels: int, k: int,
+            pixels: int, out_w: int, phase_w: int, items: int, image_item: int, panels_item: int = 0):
+    """Enqueue conv_pixels on `items` products of (pixels x K) @ (K x channels), each item's image image_item
+    and its panels panels_item elements after the last's (see cl/conv_pixels.cl), in runs that give every core
+    ITEMS_PER_CORE work-items where there are enough blocks."""
+    mb, nb = block[0], 16 * block[1]
+    blocks, panel_count = -(-pixels // mb), -(-channels // nb)
+    cores = q.runtime.device.max_compute_units
+    runs = max(-(-ITEMS_PER_CORE * cores // (panel_count * items)), -(-blocks // RUN))
+    run = -(-blocks // runs)
+    return q.run(kernel, (-(-blocks // run), panel_count, items), (1, 1, 1), y, image, taps, panels,
+                 panels if bias is None else bias, int(bias is not None), *epilogue, channels, k, pixels, out_w,
+                 phase_w, image_item, panels_item, run)
+
+
 class PixelConv:
     """One Conv2d layer's conv_pixels forward on one runtime (a CPU): `variants`, one per block of BLOCKS, each
     built with its kernel and the weights packed in its panels."""
@@ -61,7 +98,7 @@ class PixelConv:
     def preferred(self, shapes) -> str | None:
         """The variant the rule picks for these input shapes, or None: where the taps variants apply (the
         layer's gemm_dims gives their row) and K is MIN_K or more, unless Winograd has WINOGRAD_TILES or more;
-        the widest block of little slack (CHANNEL_SLACK), none where every block has more."""
+        the block of fitting_block, none where every block has more slack."""
         layer = self.layer
         if not layer.gemm_dims(shapes)[3] or layer.w_gemm.shape[2] < MIN_K:
             return None
@@ -69,32 +106,20 @@ class PixelConv:
             out = layer.output_shapes(shapes)[0]
             if math.prod(out[:-3]) * math.prod(F4.tiles(*out[-2:])) >= WINOGRAD_TILES:
                 return None
-        cout = layer.out_channels
-        fits = [block for block in BLOCKS if -(-cout // (16 * block[1])) * 16 * block[1] <= cout * (1 + CHANNEL_SLACK)]
-        return name(fits[0]) if fits else None
+        block = fitting_block(layer.out_channels)
+        return name(block) if block else None
 
     def build(self, block: tuple) -> tuple:
-        """The kernel for `block` and the weights in its panels: (Cout / NB, K, NB), the missing channels 0."""
-        mb, nv = block
-        nb, (cout, k) = 16 * nv, self.layer.w_gemm.shape[1:]
-        panels = np.zeros((-(-cout // nb) * nb, k), np.float32)
-        panels[:cout] = self.layer.w_gemm[0]
-        panels = panels.reshape(-1, nb, k).transpose(0, 2, 1)
-        kernel = self.rt.kernel(self.file, "conv_pixels", [f"-DMB={mb}", f"-DNV={nv}", f"-DRUN={RUN}",
-                                                           f"-DKC={CHUNK_K}", *self.layer.cl_epilogue.options])
-        return kernel, self.rt.upload(np.ascontiguousarray(panels)), mb, nb
+        """The kernel for `block`, with the layer's epilogue, and the weights in its panels."""
+        return (kernel(self.rt, block, self.layer.cl_epilogue.options),
+                self.rt.upload(panels(self.layer.w_gemm[0], block)), block)
 
     def __call__(self, q, built: tuple, x, y, bias, epilogue: tuple) -> None:
         """Enqueue y = the convolution of x: device tensors (N, Cin, H, W) and (N, Cout, Ho, Wo), with one
         variant (build's)."""
-        kernel, panels, mb, nb = built
+        kernel_, weights, block = built
         layer, (ho, wo) = self.layer, y.shape[-2:]
-        cout, k = layer.out_channels, layer.w_gemm.shape[2]
         items = x.size // (layer.in_channels * math.prod(x.shape[-2:]))
         padded, taps, phase_w, plane = layer.padded_taps(q, x, items)
-        blocks, panel_count = -(-ho * wo // mb), -(-cout // nb)
-        runs = max(-(-ITEMS_PER_CORE * self.rt.device.max_compute_units // (panel_count * items)), -(-blocks // RUN))
-        run = -(-blocks // runs)
-        q.run(kernel, (-(-blocks // run), panel_count, items), (1, 1, 1), y.buffer, padded, taps, panels,
-              panels if bias is None else bias, int(bias is not None), *epilogue, cout, k, ho * wo, wo, phase_w,
-              layer.in_channels * plane, run)
+        enqueue(q, kernel_, block, y.buffer, padded, taps, weights, bias, epilogue, layer.out_channels,
+                layer.w_gemm.shape[2], ho * wo, wo, phase_w, items, layer.in_channels * plane)

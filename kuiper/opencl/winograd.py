@@ -5,7 +5,8 @@ The method and its matrices are kuiper/core/winograd.py's. On OpenCL it runs in 
 transform writes every tile's B^T d B, one stacked GEMM (kuiper/opencl/gemm.py) multiplies the transformed
 kernels into them for each of the 36 positions of a 6x6 tile, and the output transform turns each tile's 36
 sums into its 4x4 outputs, adding the bias and applying the layer's fused epilogue as it stores them. On CPUs
-a large layer goes through them a chunk of tile rows at a time (CHUNK_BYTES).
+a large layer goes through them a chunk of tile rows at a time (CHUNK_BYTES), and a chunk of few tiles has its
+products computed by conv_pixels (PIXELS_MAX_TILES), its tiles in the place of a convolution's pixels.
 
 The GEMM's operands are float at any storage precision (see cl/winograd.cl), so it runs on the runtime's fp32
 view. F(2x2, 3x3) is a variant too ("winograd F2"): its transforms only add and subtract, so its transformed
@@ -25,7 +26,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from kuiper.core.winograd import F2, F4, Winograd
+from kuiper.opencl import conv_pixels
 from kuiper.opencl.gemm import Gemm, Matrix
 from kuiper.opencl.runtime import round_up
 from kuiper.core.variants import Variant
@@ -40,6 +44,9 @@ MIN_CPU_TILES = 16
 #: ... and fewer input channels: the transforms then cost more than the GEMM saves (a network's first layer)
 MIN_CPU_CHANNELS = 16
 
+#: on CPUs, a chunk of fewer tiles than this has its a*a products computed by conv_pixels (kuiper/opencl/
+#: conv_pixels.py), tiles as its pixels: gemm_cpu's blocks of 32 tiles compute 64 for a 28x28 image's 49
+PIXELS_MAX_TILES = 64
 #: work-items per work-group along the tiles on GPUs (CPUs let the driver choose)
 GROUP_TILES = 64
 #: tiles a work-item of the rows variant transforms (RUN in cl/winograd.cl)
@@ -99,6 +106,8 @@ class WinogradConv:
         self.gemm = Gemm(rt.at_precision("fp32"))
         self.stored_gemm = Gemm(rt)  # F(2x2)'s, at the runtime's precision
         self.weights = {}  # (method, its GEMM's runtime) -> the transformed weights there, shared by variants
+        self.pixels = {}  # method.m -> its products on conv_pixels (CPUs, _pixels)
+        self.tap_rows = {}  # tiles a chunk -> conv_pixels' taps table for V (CPUs)
         self.variants = [Variant(FLAT, lambda: self.build(F4, ""), self),
                          *([Variant(ROWS, lambda: self.build(F4, "_rows"), self)] if rt.is_cpu else []),
                          Variant(STORED, lambda: self.build(F2, "", stored=True), self)]
@@ -167,9 +176,36 @@ class WinogradConv:
                 width = tiles if local is None else round_up(tiles, local)
             q.run(built.input, (width, cin), local and (local, 1), v, x.buffer, cin, h, w, top, left, tiles_h,
                   tiles_w, tiles, first)
-            built.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
-                       a=Matrix(built.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles),
-                       groups=positions)
+            pixels = self._pixels(built) if self.rt.is_cpu and tiles < PIXELS_MAX_TILES else None
+            if pixels is not None:
+                self._pixels_gemm(q, pixels, m, v, tiles, positions)
+            else:
+                built.gemm(q, cout, tiles, cin, c=Matrix(m, tiles, group=cout * tiles),
+                           a=Matrix(built.weight, cin, group=cout * cin), b=Matrix(v, tiles, group=cin * tiles),
+                           groups=positions)
             q.run(built.output, (width, cout), local and (local, 1), y.buffer, m,
                   x.buffer if bias is None else bias, int(bias is not None), *epilogue, cout, ho, wo, tiles_h,
                   tiles_w, tiles, first)
+
+    def _pixels(self, built: Built) -> tuple | None:
+        """The products of a float-tile variant as conv_pixels runs them (its kernel, the transformed weights in
+        its panels, its block), made on first need; None for F(2x2)'s stored tiles or where no block fits Cout."""
+        block = conv_pixels.fitting_block(self.layer.out_channels)
+        if built.element != 4 or built.gemm is not self.gemm or block is None:
+            return None
+        key = built.method.m
+        if key not in self.pixels:
+            self.pixels[key] = (conv_pixels.kernel(self.gemm.rt, block), self.gemm.rt.upload(conv_pixels.panels(
+                built.method.transform_kernel(self.layer.w_kernel), block)), block)
+        return self.pixels[key]
+
+    def _pixels_gemm(self, q, pixels: tuple, m, v, tiles: int, positions: int) -> None:
+        """M = U @ V for every tile position by conv_pixels: position p is item p, its image V's (Cin, tiles)
+        rows, which the taps table lists one row of `tiles` after another, its panels U's (Cout, Cin)."""
+        kernel, weights, block = pixels
+        cin, cout = self.layer.in_channels, self.layer.out_channels
+        if tiles not in self.tap_rows:
+            self.tap_rows[tiles] = self.gemm.rt.upload((np.arange(cin) * tiles).astype(np.int32))
+        padded_cout = -(-cout // (16 * block[1])) * 16 * block[1]
+        conv_pixels.enqueue(q, kernel, block, m, v, self.tap_rows[tiles], weights, None, (m, 0.0, 0.0), cout, cin,
+                            tiles, tiles, tiles, positions, cin * tiles, padded_cout * cin)

@@ -59,6 +59,26 @@ def test_winograd_in_chunks_of_tile_rows_matches_numpy(cl_runtime, monkeypatch, 
                                     variant=variant)
 
 
+@pytest.mark.parametrize("cin, cout, shape, chunks", [
+    (16, 32, (1, 16, 27, 9), 2),   # 7 tile rows of 3 tiles in chunks of 4 and 3 rows: a taps table each
+    (24, 96, (2, 24, 10, 10), 1),  # 18 tiles, 96 channels: blocks of 32
+])
+def test_cpus_multiply_few_tiles_by_conv_pixels(cl_runtime, monkeypatch, cin, cout, shape, chunks):
+    """Chunks of fewer than PIXELS_MAX_TILES tiles run their a*a products on conv_pixels (CPUs), tiles as its
+    pixels, in both float-tile variants."""
+    if not cl_runtime.is_cpu:
+        pytest.skip("conv_pixels runs on CPUs")
+    if chunks > 1:
+        monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
+        monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", 4 * 3)
+    layer, _, _ = make_conv(RNG, in_channels=cin, out_channels=cout, kernel_size=3, padding=1, input_shape=shape,
+                            backend="opencl")
+    x = RNG.standard_normal(shape, dtype=np.float32)
+    for variant in (WINOGRAD, ROWS):
+        assert_opencl_matches_numpy(layer, cl_runtime, x, variant=variant)
+        assert layer.winograd.pixels and len(layer.winograd.tap_rows) == chunks
+
+
 @pytest.mark.parametrize("other", [dict(stride=2), dict(dilation=2), dict(groups=2), dict(kernel_size=5)])
 def test_winograd_is_offered_only_for_3x3_stride1_convolutions(cl_runtime, other):
     case = dict(in_channels=4, out_channels=4, kernel_size=3, padding=2, input_shape=(1, 4, 9, 9))
