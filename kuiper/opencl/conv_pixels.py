@@ -95,6 +95,11 @@ class PixelConv:
         self.layer = layer
         self.variants = [Variant(name(block), partial(self.build, block), self) for block in BLOCKS]
 
+    def candidates(self, shapes) -> list:
+        """The variants, for inputs whose padded copy's offsets (the taps table's, 32-bit) fit in an int."""
+        fits = self.layer.in_channels * self.layer.phase_planes(shapes[0][-2:], row_phases=self.layer.stride[0])[2]
+        return [v.name for v in self.variants] if fits < 2 ** 31 else []
+
     def preferred(self, shapes) -> str | None:
         """The variant the rule picks for these input shapes, or None: where the taps variants apply (the
         layer's gemm_dims gives their row) and K is MIN_K or more, unless Winograd has WINOGRAD_TILES or more;

@@ -334,7 +334,8 @@ class Gemm:
 
         others: other ways to compute the layer (kuiper/opencl/winograd.py's WinogradConv,
         kuiper/opencl/conv_pixels.py's PixelConv), more candidates: each one's `variants`, built from its
-        kernel `file`. The rule takes the first other.preferred(shapes) that names one, else the GEMM's."""
+        kernel `file`, those of other.candidates(shapes) for these shapes. The rule takes the first
+        other.preferred(shapes) that names one, else the GEMM's."""
         variants, files = [*self.variants.values()], ["gemm.cl", *(["gemm_mma.cl"] if self.mma else []),
                                                       *(["gemv.cl"] if self.kernel_size is None else []), *files]
         for other in others:
@@ -347,7 +348,7 @@ class Gemm:
 
         def candidates(shapes):
             _, n, _, *row = dims(shapes)
-            return self.candidates(n, *row) + [v.name for other in others for v in other.variants]
+            return self.candidates(n, *row) + [name for other in others for name in other.candidates(shapes)]
         return Variants(self.rt, files, variants, rule=rule, candidates=candidates)
 
     # ---- kernels ------------------------------------------------------------------------------------

@@ -112,6 +112,10 @@ class WinogradConv:
                          *([Variant(ROWS, lambda: self.build(F4, "_rows"), self)] if rt.is_cpu else []),
                          Variant(STORED, lambda: self.build(F2, "", stored=True), self)]
 
+    def candidates(self, shapes) -> list:
+        """Every variant runs every input shape of the layer."""
+        return [v.name for v in self.variants]
+
     def preferred(self, shapes) -> str | None:
         """The variant the rule picks for these input shapes, or None for none of Winograd's: on CPUs where the
         GEMM has MIN_CPU_TILES columns or more and the layer MIN_CPU_CHANNELS input channels, on GPUs for layers

@@ -7,6 +7,7 @@ import pytest
 
 import kuiper
 import kuiper.opencl.conv2d
+import kuiper.opencl.conv_pixels
 import kuiper.opencl.gemm
 from conftest import assert_every_variant_matches_numpy, assert_opencl_matches_numpy, on_opencl, write_model
 from kuiper.core.winograd import F4
@@ -253,6 +254,8 @@ def test_no_taps_variant_where_offsets_would_pass_32_bits_windows_do_not_overlap
     assert layer.gemm_dims([(1, 3, 9, 70)])[3] == 4 * 38 + 35  # the grid: 5 rows of 35 outputs, 38 apart
     wide, _, _ = make_conv(RNG, in_channels=256, out_channels=8, kernel_size=3, padding=1, backend="opencl")
     assert wide.gemm_dims([(1, 256, 3000, 3000)])[3] == 0
+    wide.pixels = kuiper.opencl.conv_pixels.PixelConv(None, wide)  # conv_pixels reads the same offsets
+    assert wide.pixels.candidates([(1, 256, 3000, 3000)]) == [] and wide.pixels.candidates([(1, 256, 300, 300)])
     # the padded grid of DeepLab's atrous 3x3 at dilation 12 on 14x14: 508 columns for 196 pixels; at dilation 2, 250
     atrous, _, _ = make_conv(RNG, in_channels=4, out_channels=8, kernel_size=3, padding=12, dilation=12,
                              backend="opencl")
