@@ -185,11 +185,11 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
         32 bits; and where the padded grid they would run along is mostly padding (TAPS_MAX_GRID)."""
         shape = shapes[0]
         ho, wo = self.output_shapes([shape])[0][-2:]
-        _, phase_w, plane = self.phase_planes(shape[-2:], row_phases=self.stride[0])
+        _, phase_w, _ = self.phase_planes(shape[-2:], row_phases=self.stride[0])
         row = self.taps_row((ho, wo), phase_w)
         overlap = math.prod(self.kernel_size) > math.prod(self.stride)
         mostly_padding = self.on_grid(wo) and row > TAPS_MAX_GRID * ho * wo
-        if not overlap or mostly_padding or self.in_channels // self.groups * plane >= 2 ** 31:
+        if not overlap or mostly_padding or not self.taps_fit(shape[-2:]):
             row = 0
         return self.out_channels // self.groups, ho * wo, math.prod(shape[:-3]) * self.groups, row
 
@@ -254,6 +254,11 @@ class Conv2d(OpenCLLayer, conv2d.Conv2d):
             self.cl_taps[h, w] = self.cl_rt.upload(self.taps((h, w)))
         padded, _, phase_w, plane = self._pad_planes(q, x, items, row_phases=self.stride[0])
         return padded, self.cl_taps[h, w], phase_w, plane
+
+    def taps_fit(self, in_hw: tuple) -> bool:
+        """Whether the taps table's 32-bit offsets reach all of one group's pad_planes copy of an input of size
+        in_hw: the limit of the taps variants and of conv_pixels, which read it."""
+        return self.in_channels // self.groups * self.phase_planes(in_hw, row_phases=self.stride[0])[2] < 2 ** 31
 
     def _taps_opencl(self, q, x, out_hw: tuple, k: int, items: int, **gemm) -> None:
         """pad_planes, then the GEMM of a taps variant on the padded input: `gemm` holds the call's C, A, variant

@@ -97,8 +97,7 @@ class PixelConv:
 
     def candidates(self, shapes) -> list:
         """The variants, for inputs whose padded copy's offsets (the taps table's, 32-bit) fit in an int."""
-        fits = self.layer.in_channels * self.layer.phase_planes(shapes[0][-2:], row_phases=self.layer.stride[0])[2]
-        return [v.name for v in self.variants] if fits < 2 ** 31 else []
+        return [v.name for v in self.variants] if self.layer.taps_fit(shapes[0][-2:]) else []
 
     def preferred(self, shapes) -> str | None:
         """The variant the rule picks for these input shapes, or None: where the taps variants apply (the

@@ -193,23 +193,24 @@ class WinogradConv:
 
     def _pixels(self, built: Built) -> tuple | None:
         """The products of a float-tile variant as conv_pixels runs them (its kernel, the transformed weights in
-        its panels, its block), made on first need; None for F(2x2)'s stored tiles or where no block fits Cout."""
+        its panels, its block, one position's panels' elements), made on first need; None for F(2x2)'s stored
+        tiles (their own GEMM) or where no block fits Cout."""
         block = conv_pixels.fitting_block(self.layer.out_channels)
-        if built.element != 4 or built.gemm is not self.gemm or block is None:
+        if built.gemm is not self.gemm or block is None:
             return None
         key = built.method.m
         if key not in self.pixels:
-            self.pixels[key] = (conv_pixels.kernel(self.gemm.rt, block), self.gemm.rt.upload(conv_pixels.panels(
-                built.method.transform_kernel(self.layer.w_kernel), block)), block)
+            packed = conv_pixels.panels(built.method.transform_kernel(self.layer.w_kernel), block)
+            self.pixels[key] = (conv_pixels.kernel(self.gemm.rt, block), self.gemm.rt.upload(packed), block,
+                                packed[0].size)
         return self.pixels[key]
 
     def _pixels_gemm(self, q, pixels: tuple, m, v, tiles: int, positions: int) -> None:
         """M = U @ V for every tile position by conv_pixels: position p is item p, its image V's (Cin, tiles)
         rows, which the taps table lists one row of `tiles` after another, its panels U's (Cout, Cin)."""
-        kernel, weights, block = pixels
+        kernel, weights, block, panels_item = pixels
         cin, cout = self.layer.in_channels, self.layer.out_channels
         if tiles not in self.tap_rows:
             self.tap_rows[tiles] = self.gemm.rt.upload((np.arange(cin) * tiles).astype(np.int32))
-        padded_cout = -(-cout // (16 * block[1])) * 16 * block[1]
         conv_pixels.enqueue(q, kernel, block, m, v, self.tap_rows[tiles], weights, None, (m, 0.0, 0.0), cout, cin,
-                            tiles, tiles, tiles, positions, cin * tiles, padded_cout * cin)
+                            tiles, tiles, tiles, positions, cin * tiles, panels_item)
